@@ -1,0 +1,52 @@
+"""Helpers the op modules share: emitting nodes, lifting scalars, undoing broadcasting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from workbench.ir.builder import Tensor
+from workbench.ir.graph import TensorType
+from workbench.ir.rules import ShapeError
+
+
+def emit(op: str, *inputs: Tensor, **attrs: Any) -> Any:
+    """Add ``op`` to the graph of its first tensor input."""
+    return inputs[0].builder.emit(op, list(inputs), **attrs)
+
+
+def lift(reference: Tensor, value: Any) -> Tensor:
+    """Turn a Python number into a constant of ``reference``'s dtype; pass tensors through."""
+    if isinstance(value, Tensor):
+        return value
+    return reference.builder.constant(np.asarray(value, dtype=reference.dtype))
+
+
+def broadcast_types(op: str, a: TensorType, b: TensorType) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(a.shape, b.shape))
+    except ValueError:
+        raise ShapeError(f"{op}: shapes {a} and {b} do not broadcast") from None
+
+
+def sum_to_shape(gradient: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """Sum a broadcast gradient back down to ``shape`` (the vjp of implicit broadcasting)."""
+    if gradient.shape == shape:
+        return gradient
+    from workbench.ir.ops.reductions import reduce_sum
+    from workbench.ir.ops.shapes import reshape
+
+    extra = gradient.ndim - len(shape)
+    axes = list(range(extra))
+    axes += [extra + i for i, size in enumerate(shape) if size == 1 and gradient.shape[extra + i] != 1]
+    reduced = reduce_sum(gradient, axes=tuple(axes)) if axes else gradient
+    return reduced if reduced.shape == shape else reshape(reduced, shape)
+
+
+def zeros_like_type(reference: Tensor, type_: TensorType) -> Tensor:
+    """A zero tensor of ``type_`` built as a broadcast scalar, so folding it stays cheap."""
+    from workbench.ir.ops.shapes import broadcast_to
+
+    zero = reference.builder.constant(np.zeros((), dtype=type_.dtype))
+    return broadcast_to(zero, type_.shape)

@@ -1,0 +1,64 @@
+"""Embedding lookup (a row gather) and its scatter-add gradient; each is the other's adjoint."""
+
+from __future__ import annotations
+
+from workbench.ir.builder import Tensor
+from workbench.ir.graph import TensorType
+from workbench.ir.ops._common import emit
+from workbench.ir.rules import ShapeError, define_op, require_float
+
+
+def embedding(ids: Tensor, table: Tensor) -> Tensor:
+    """Rows of ``table`` (V, D) picked by integer ``ids`` of any shape -> ids.shape + (D,)."""
+    return emit("embedding", ids, table)
+
+
+def embedding_grad(ids: Tensor, g: Tensor, vocabulary: int) -> Tensor:
+    return emit("embedding_grad", ids, g, vocabulary=vocabulary)
+
+
+def _embedding_shape(types):
+    ids, table = types
+    if not ids.dtype.startswith("int"):
+        raise ShapeError(f"embedding: ids must be integers, got {ids}")
+    require_float("embedding", table)
+    if len(table.shape) != 2:
+        raise ShapeError(f"embedding: table must be (vocabulary, width), got {table}")
+    return TensorType((*ids.shape, table.shape[1]), table.dtype)
+
+
+def _scatter_add_rows(xp, ids, rows, vocabulary):
+    out = xp.zeros((vocabulary, rows.shape[-1]), dtype=rows.dtype)
+    flat_ids = ids.reshape(-1)
+    flat_rows = rows.reshape(-1, rows.shape[-1])
+    if hasattr(xp.add, "at"):
+        xp.add.at(out, flat_ids, flat_rows)
+    else:  # CuPy before ufunc.at
+        import cupyx
+
+        cupyx.scatter_add(out, flat_ids, flat_rows)
+    return out
+
+
+def _embedding_grad_shape(types, *, vocabulary):
+    ids, g = types
+    if g.shape[:-1] != ids.shape:
+        raise ShapeError(f"embedding_grad: gradient {g} does not match ids {ids}")
+    return TensorType((vocabulary, g.shape[-1]), g.dtype)
+
+
+define_op(
+    "embedding",
+    impl=lambda xp, ids, table: table[ids],
+    shape=_embedding_shape,
+    vjp=lambda inputs, outputs, cts: [
+        None,
+        embedding_grad(inputs[0], cts[0], inputs[1].shape[0]),
+    ],
+)
+define_op(
+    "embedding_grad",
+    impl=lambda xp, ids, g, *, vocabulary: _scatter_add_rows(xp, ids, g, vocabulary),
+    shape=_embedding_grad_shape,
+    vjp=lambda inputs, outputs, cts, *, vocabulary: [None, embedding(inputs[0], cts[0])],
+)

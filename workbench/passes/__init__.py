@@ -1,0 +1,23 @@
+"""Graph passes: pure ``Graph -> Graph`` functions run by a verified, named pipeline.
+
+What flows in: a graph from the builder or from autodiff, with named outputs. What flows out: an
+equivalent graph that computes the same outputs and performs the same effects with fewer nodes.
+Passes never mutate their input; :func:`verify` runs between them.
+"""
+
+from workbench.passes.common_subexpressions import eliminate_common_subexpressions
+from workbench.passes.fold_constants import fold_constants
+from workbench.passes.pipeline import DEFAULT_PASSES, PassReport, run_passes
+from workbench.passes.prune import prune
+from workbench.passes.verify import GraphVerificationError, verify
+
+__all__ = [
+    "DEFAULT_PASSES",
+    "GraphVerificationError",
+    "PassReport",
+    "eliminate_common_subexpressions",
+    "fold_constants",
+    "prune",
+    "run_passes",
+    "verify",
+]
