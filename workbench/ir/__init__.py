@@ -11,7 +11,7 @@ variables, and they do so in place in a device's variable store.
 
 from workbench.ir import ops
 from workbench.ir.autodiff import DifferentiationError, gradients
-from workbench.ir.builder import GraphBuildError, GraphBuilder, Tensor
+from workbench.ir.builder import GraphBuilder, GraphBuildError, Tensor
 from workbench.ir.graph import Graph, Node, TensorType, Value
 from workbench.ir.interpreter import Executable, ExecutionError, evaluate
 from workbench.ir.rules import OPS, ShapeError

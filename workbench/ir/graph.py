@@ -125,7 +125,9 @@ class Graph:
             types = ", ".join(str(t) for t in node.types)
             where = f" @{node.device}" if node.device else ""
             after = f" after({', '.join(node.control_inputs)})" if node.control_inputs else ""
-            lines.append(f"{node.name} = {node.op}({args}{'; ' + attrs if attrs else ''})"
-                         f" -> {types}{where}{after}")
+            lines.append(
+                f"{node.name} = {node.op}({args}{'; ' + attrs if attrs else ''})"
+                f" -> {types}{where}{after}"
+            )
         lines.append("outputs: " + ", ".join(f"{k}={v}" for k, v in self.outputs.items()))
         return "\n".join(lines)

@@ -53,8 +53,15 @@ class Executable:
             for slot in inputs:
                 last_reader[slot] = position
             self.steps.append(
-                (node, IMPL_RULES[node.op], inputs, outputs, dict(node.attrs),
-                 OPS[node.op].stateful, position)
+                (
+                    node,
+                    IMPL_RULES[node.op],
+                    inputs,
+                    outputs,
+                    dict(node.attrs),
+                    OPS[node.op].stateful,
+                    position,
+                )
             )
         self.fetch_slots = {key: slot_of[value] for key, value in self.fetches.items()}
         kept = set(self.fetch_slots.values())
@@ -85,7 +92,9 @@ class Executable:
         for node, impl, inputs, outputs, attrs, stateful, position in self.steps:
             args = [values[slot] for slot in inputs]
             try:
-                result = impl(xp, *args, state=state, **attrs) if stateful else impl(xp, *args, **attrs)
+                result = (
+                    impl(xp, *args, state=state, **attrs) if stateful else impl(xp, *args, **attrs)
+                )
             except Exception as error:
                 raise ExecutionError(f"node {node.name!r} ({node.op}) failed: {error}") from error
             if len(outputs) == 1:
@@ -98,7 +107,8 @@ class Executable:
         return {key: values[slot] for key, slot in self.fetch_slots.items()}
 
 
-def evaluate(graph: Graph, feeds: Mapping[str, Any], state: dict[str, Any] | None = None,
-             xp: Any = None) -> dict[str, Any]:
+def evaluate(
+    graph: Graph, feeds: Mapping[str, Any], state: dict[str, Any] | None = None, xp: Any = None
+) -> dict[str, Any]:
     """Compile and run ``graph`` once (convenience for tests and one-off evaluation)."""
     return Executable(graph).run(feeds, state, xp)

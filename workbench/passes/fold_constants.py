@@ -18,8 +18,14 @@ MAX_FOLDED_BYTES = 1 << 20
 def _constant_node(name: str, array: np.ndarray, device: str | None) -> Node:
     array = np.array(array, copy=True)
     array.setflags(write=False)
-    return Node(name, "constant", (), {"value": array},
-                (TensorType(tuple(array.shape), str(array.dtype)),), device=device)
+    return Node(
+        name,
+        "constant",
+        (),
+        {"value": array},
+        (TensorType(tuple(array.shape), str(array.dtype)),),
+        device=device,
+    )
 
 
 def fold_constants(graph: Graph) -> Graph:

@@ -40,7 +40,8 @@ def verify(graph: Graph, after: str = "") -> None:
             shown = ", ".join(str(t) for t in node.types)
             wanted = ", ".join(str(t) for t in expected)
             raise GraphVerificationError(
-                f"node {node.name!r} ({node.op}) declares {shown} but its inputs give {wanted}{where}"
+                f"node {node.name!r} ({node.op}) declares {shown} "
+                f"but its inputs give {wanted}{where}"
             )
         seen[node.name] = node.types
     for key, value in graph.outputs.items():

@@ -39,7 +39,9 @@ def sum_to_shape(gradient: Tensor, shape: tuple[int, ...]) -> Tensor:
 
     extra = gradient.ndim - len(shape)
     axes = list(range(extra))
-    axes += [extra + i for i, size in enumerate(shape) if size == 1 and gradient.shape[extra + i] != 1]
+    axes += [
+        extra + i for i, size in enumerate(shape) if size == 1 and gradient.shape[extra + i] != 1
+    ]
     reduced = reduce_sum(gradient, axes=tuple(axes)) if axes else gradient
     return reduced if reduced.shape == shape else reshape(reduced, shape)
 

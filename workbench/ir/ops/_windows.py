@@ -32,7 +32,7 @@ def windows(xp, x, kernel_h: int, kernel_w: int, stride: int):
 
 def scatter_windows(xp, values, image_shape, stride: int):
     """Sum ``values`` (N, C, OH, OW, KH, KW) into a zero image of ``image_shape`` (padded)."""
-    n, c, out_h, out_w, kernel_h, kernel_w = values.shape
+    _, _, out_h, out_w, kernel_h, kernel_w = values.shape
     image = xp.zeros(image_shape, dtype=values.dtype)
     for i in range(kernel_h):
         for j in range(kernel_w):

@@ -20,13 +20,15 @@ def conv2d(x: Tensor, w: Tensor, stride: int = 1, padding: int = 0) -> Tensor:
 
 
 def conv2d_input_grad(g: Tensor, w: Tensor, input_shape, stride: int, padding: int) -> Tensor:
-    return emit("conv2d_input_grad", g, w, input_shape=tuple(input_shape), stride=stride,
-                padding=padding)
+    return emit(
+        "conv2d_input_grad", g, w, input_shape=tuple(input_shape), stride=stride, padding=padding
+    )
 
 
 def conv2d_filter_grad(x: Tensor, g: Tensor, filter_shape, stride: int, padding: int) -> Tensor:
-    return emit("conv2d_filter_grad", x, g, filter_shape=tuple(filter_shape), stride=stride,
-                padding=padding)
+    return emit(
+        "conv2d_filter_grad", x, g, filter_shape=tuple(filter_shape), stride=stride, padding=padding
+    )
 
 
 def _output_type(op, x_shape, w_shape, dtype, stride, padding) -> TensorType:
@@ -91,8 +93,7 @@ def _input_grad_vjp(inputs, outputs, cts, *, input_shape, stride, padding):
     return [conv2d(h, w, stride, padding), conv2d_filter_grad(h, g, w.shape, stride, padding)]
 
 
-define_op("conv2d_input_grad", impl=_input_grad_impl, shape=_input_grad_shape,
-          vjp=_input_grad_vjp)
+define_op("conv2d_input_grad", impl=_input_grad_impl, shape=_input_grad_shape, vjp=_input_grad_vjp)
 
 
 def _filter_grad_shape(types, *, filter_shape, stride, padding):
@@ -115,5 +116,6 @@ def _filter_grad_vjp(inputs, outputs, cts, *, filter_shape, stride, padding):
     return [conv2d_input_grad(g, h, x.shape, stride, padding), conv2d(x, h, stride, padding)]
 
 
-define_op("conv2d_filter_grad", impl=_filter_grad_impl, shape=_filter_grad_shape,
-          vjp=_filter_grad_vjp)
+define_op(
+    "conv2d_filter_grad", impl=_filter_grad_impl, shape=_filter_grad_shape, vjp=_filter_grad_vjp
+)

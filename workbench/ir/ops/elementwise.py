@@ -110,12 +110,21 @@ def equal(a: Tensor, b: Tensor | float) -> Tensor:
     return emit("equal", a, lift(a, b))
 
 
-define_op("greater", impl=lambda xp, a, b: a > b, shape=_comparison_shape("greater"),
-          vjp=NOT_DIFFERENTIABLE)
-define_op("greater_equal", impl=lambda xp, a, b: a >= b, shape=_comparison_shape("greater_equal"),
-          vjp=NOT_DIFFERENTIABLE)
-define_op("equal", impl=lambda xp, a, b: a == b, shape=_comparison_shape("equal"),
-          vjp=NOT_DIFFERENTIABLE)
+define_op(
+    "greater",
+    impl=lambda xp, a, b: a > b,
+    shape=_comparison_shape("greater"),
+    vjp=NOT_DIFFERENTIABLE,
+)
+define_op(
+    "greater_equal",
+    impl=lambda xp, a, b: a >= b,
+    shape=_comparison_shape("greater_equal"),
+    vjp=NOT_DIFFERENTIABLE,
+)
+define_op(
+    "equal", impl=lambda xp, a, b: a == b, shape=_comparison_shape("equal"), vjp=NOT_DIFFERENTIABLE
+)
 
 # --- unary math ----------------------------------------------------------------------------
 
@@ -166,22 +175,49 @@ def gelu(x: Tensor) -> Tensor:
     return emit("gelu", x)
 
 
-define_op("neg", impl=lambda xp, x: -x, shape=_float_unary_shape("neg"),
-          vjp=lambda inputs, outputs, cts: [-cts[0]])
-define_op("exp", impl=lambda xp, x: xp.exp(x), shape=_float_unary_shape("exp"),
-          vjp=lambda inputs, outputs, cts: [cts[0] * outputs[0]])
-define_op("log", impl=lambda xp, x: xp.log(x), shape=_float_unary_shape("log"),
-          vjp=lambda inputs, outputs, cts: [cts[0] / inputs[0]])
-define_op("sqrt", impl=lambda xp, x: xp.sqrt(x), shape=_float_unary_shape("sqrt"),
-          vjp=lambda inputs, outputs, cts: [cts[0] / (outputs[0] * 2.0)])
-define_op("tanh", impl=lambda xp, x: xp.tanh(x), shape=_float_unary_shape("tanh"),
-          vjp=lambda inputs, outputs, cts: [cts[0] * (1.0 - outputs[0] * outputs[0])])
+define_op(
+    "neg",
+    impl=lambda xp, x: -x,
+    shape=_float_unary_shape("neg"),
+    vjp=lambda inputs, outputs, cts: [-cts[0]],
+)
+define_op(
+    "exp",
+    impl=lambda xp, x: xp.exp(x),
+    shape=_float_unary_shape("exp"),
+    vjp=lambda inputs, outputs, cts: [cts[0] * outputs[0]],
+)
+define_op(
+    "log",
+    impl=lambda xp, x: xp.log(x),
+    shape=_float_unary_shape("log"),
+    vjp=lambda inputs, outputs, cts: [cts[0] / inputs[0]],
+)
+define_op(
+    "sqrt",
+    impl=lambda xp, x: xp.sqrt(x),
+    shape=_float_unary_shape("sqrt"),
+    vjp=lambda inputs, outputs, cts: [cts[0] / (outputs[0] * 2.0)],
+)
+define_op(
+    "tanh",
+    impl=lambda xp, x: xp.tanh(x),
+    shape=_float_unary_shape("tanh"),
+    vjp=lambda inputs, outputs, cts: [cts[0] * (1.0 - outputs[0] * outputs[0])],
+)
 # sigmoid through tanh never overflows, unlike 1 / (1 + exp(-x)) for large negative x.
-define_op("sigmoid", impl=lambda xp, x: (xp.tanh(x * 0.5) + 1) * 0.5,
-          shape=_float_unary_shape("sigmoid"),
-          vjp=lambda inputs, outputs, cts: [cts[0] * outputs[0] * (1.0 - outputs[0])])
-define_op("relu", impl=lambda xp, x: xp.maximum(x, 0), shape=_float_unary_shape("relu"),
-          vjp=lambda inputs, outputs, cts: [relu_grad(inputs[0], cts[0])])
+define_op(
+    "sigmoid",
+    impl=lambda xp, x: (xp.tanh(x * 0.5) + 1) * 0.5,
+    shape=_float_unary_shape("sigmoid"),
+    vjp=lambda inputs, outputs, cts: [cts[0] * outputs[0] * (1.0 - outputs[0])],
+)
+define_op(
+    "relu",
+    impl=lambda xp, x: xp.maximum(x, 0),
+    shape=_float_unary_shape("relu"),
+    vjp=lambda inputs, outputs, cts: [relu_grad(inputs[0], cts[0])],
+)
 
 
 def _relu_grad_shape(types, **attrs):
@@ -235,5 +271,9 @@ def _cast_vjp(inputs, outputs, cts, *, dtype):
     return [cast(cts[0], inputs[0].dtype)]
 
 
-define_op("cast", impl=lambda xp, x, *, dtype: x.astype(dtype, copy=False), shape=_cast_shape,
-          vjp=_cast_vjp)
+define_op(
+    "cast",
+    impl=lambda xp, x, *, dtype: x.astype(dtype, copy=False),
+    shape=_cast_shape,
+    vjp=_cast_vjp,
+)

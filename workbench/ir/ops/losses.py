@@ -50,9 +50,7 @@ def _one_hot_shape(types, *, depth, dtype):
 
 define_op(
     "one_hot",
-    impl=lambda xp, labels, *, depth, dtype: (
-        labels[..., None] == xp.arange(depth)
-    ).astype(dtype),
+    impl=lambda xp, labels, *, depth, dtype: (labels[..., None] == xp.arange(depth)).astype(dtype),
     shape=_one_hot_shape,
     vjp=NOT_DIFFERENTIABLE,
 )

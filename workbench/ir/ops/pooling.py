@@ -136,10 +136,13 @@ def _avg_pool_grad_impl(xp, g, *, input_shape, size, stride):
 
 def _avg_grad_shape(types, *, input_shape, size, stride):
     (g,) = types
-    expected = _pooled_type("avg_pool2d_grad", TensorType(tuple(input_shape), g.dtype), size,
-                            stride)
+    expected = _pooled_type(
+        "avg_pool2d_grad", TensorType(tuple(input_shape), g.dtype), size, stride
+    )
     if g.shape != expected.shape:
-        raise ShapeError(f"avg_pool2d_grad: gradient {g} does not match the pooled shape {expected}")
+        raise ShapeError(
+            f"avg_pool2d_grad: gradient {g} does not match the pooled shape {expected}"
+        )
     return TensorType(tuple(input_shape), g.dtype)
 
 

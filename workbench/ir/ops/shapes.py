@@ -144,8 +144,9 @@ def _split_impl(xp, x, *, sizes, axis):
 
 
 def _split_vjp(inputs, outputs, cts, *, sizes, axis):
-    pieces = [g if g is not None else zeros_like_type(inputs[0], o.type)
-              for g, o in zip(cts, outputs)]
+    pieces = [
+        g if g is not None else zeros_like_type(inputs[0], o.type) for g, o in zip(cts, outputs)
+    ]
     return [concat(pieces, axis) if len(pieces) > 1 else pieces[0]]
 
 

@@ -6,7 +6,7 @@ from workbench.ir.graph import DTYPES, TensorType
 from workbench.ir.rules import NEVER_FOLD, ShapeError, define_op
 
 
-def _leaf_vjp(inputs, outputs, cotangents, **attrs):  # noqa: ARG001 - a leaf has no inputs
+def _leaf_vjp(inputs, outputs, cotangents, **attrs):
     return []
 
 

@@ -38,8 +38,9 @@ def apply_momentum(variable, gradient, learning_rate, var: str, momentum: float)
     )
 
 
-def apply_adam(variable, gradient, learning_rate, var: str, beta1: float, beta2: float,
-               epsilon: float):
+def apply_adam(
+    variable, gradient, learning_rate, var: str, beta1: float, beta2: float, epsilon: float
+):
     return variable.builder.emit(
         "apply_adam",
         [variable, gradient, learning_rate],

@@ -1,0 +1,104 @@
+"""The ``--dataset`` spec: parse it, validate it, and dispatch to the matching loader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench.data.cifar10 import load_cifar10
+from workbench.data.dataset import Dataset, DatasetError
+from workbench.data.digits import load_digits
+from workbench.data.idx import load_idx_dataset
+from workbench.data.synthetic import DEFAULT_SYNTHETIC, make_synthetic, parse_synthetic_spec
+
+DATASET_FORMS = (
+    "digits",
+    "synthetic",
+    "synthetic:FEATURES:CLASSES:SAMPLES",
+    "mnist:PATH",
+    "fashion-mnist:PATH",
+    "cifar10:PATH",
+)
+_PATH_KINDS = ("mnist", "fashion-mnist", "cifar10")
+
+
+def parse_dataset_spec(spec: str) -> tuple[str, str]:
+    """Split and validate a dataset spec without touching the file system.
+
+    The command line calls this to reject a bad ``--dataset`` before starting a cluster.
+
+    Parameters
+    ----------
+    spec : str
+        One of the forms in ``DATASET_FORMS``. PATH is everything after the first colon, so it
+        may itself contain colons.
+
+    Returns
+    -------
+    tuple of str
+        ``(kind, argument)``: ``kind`` is ``digits``, ``synthetic``, ``mnist``,
+        ``fashion-mnist`` or ``cifar10``; ``argument`` is ``""``, ``"FEATURES:CLASSES:SAMPLES"``
+        (filled in with the default for plain ``synthetic``) or the PATH.
+
+    Raises
+    ------
+    DatasetError
+        For an unknown kind (the message lists the allowed forms), a missing PATH, an argument
+        given to ``digits``, or bad synthetic numbers.
+
+    Examples
+    --------
+    >>> parse_dataset_spec("synthetic")
+    ('synthetic', '784:10:60000')
+    >>> parse_dataset_spec("mnist:/data/mnist")
+    ('mnist', '/data/mnist')
+    """
+    kind, has_argument, argument = spec.strip().partition(":")
+    if kind == "digits" and not has_argument:
+        return kind, ""
+    if kind == "synthetic":
+        if not has_argument:
+            return kind, ":".join(str(value) for value in DEFAULT_SYNTHETIC)
+        parse_synthetic_spec(argument)
+        return kind, argument
+    if kind in _PATH_KINDS:
+        if not argument.strip():
+            raise DatasetError(f"dataset {spec!r} needs a directory: use {kind}:PATH")
+        return kind, argument
+    raise DatasetError(f"unknown dataset {spec!r}; expected one of: {', '.join(DATASET_FORMS)}")
+
+
+def load_dataset(spec: str, seed: int = 0) -> Dataset:
+    """Load the dataset a ``--dataset`` spec names.
+
+    Parameters
+    ----------
+    spec : str
+        ``digits``, ``synthetic``, ``synthetic:FEATURES:CLASSES:SAMPLES``, ``mnist:PATH``,
+        ``fashion-mnist:PATH`` or ``cifar10:PATH``.
+    seed : int
+        Only synthetic data depends on it; file datasets and the digits split never do.
+
+    Returns
+    -------
+    Dataset
+
+    Raises
+    ------
+    DatasetError
+        For a bad spec, a missing directory or file, or a malformed file.
+
+    Examples
+    --------
+    >>> ds = load_dataset("synthetic:16:4:120", seed=3)
+    >>> ds.name, ds.x_train.shape, ds.num_classes
+    ('synthetic:16:4:120', (100, 16), 4)
+    """
+    kind, argument = parse_dataset_spec(spec)
+    if kind == "digits":
+        return load_digits()
+    if kind == "synthetic":
+        features, classes, samples = parse_synthetic_spec(argument)
+        return make_synthetic(features, classes, samples, seed=seed)
+    if kind == "cifar10":
+        return load_cifar10(Path(argument))
+    return load_idx_dataset(Path(argument), name=kind)
