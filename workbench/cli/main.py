@@ -1,0 +1,59 @@
+"""``dtrain``: the headless command line (``dtrain run``, ``dtrain bench``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+USAGE = """usage: dtrain <command> [flags]
+
+commands:
+  run     train a model with a parallel strategy (dtrain run --help)
+  bench   run the benchmark suites side by side with their peers (dtrain bench --help)
+"""
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    from workbench.checkpoint import CheckpointError
+    from workbench.config import ConfigError
+    from workbench.data import DatasetError
+    from workbench.models import ModelError
+    from workbench.runtime import DeviceError
+
+    return (ConfigError, DatasetError, CheckpointError, DeviceError, ModelError)
+
+
+def run_command(argv: Sequence[str]) -> int:
+    from workbench.cli.flags import parse_run_flags
+    from workbench.training.runner import run_training
+
+    try:
+        config = parse_run_flags(argv)
+        result = run_training(config)
+    except _user_errors() as error:
+        print(f"dtrain run: error: {error}", file=sys.stderr)
+        return 2
+    if config.json:
+        print(json.dumps(result.summary, indent=2))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "run":
+        return run_command(rest)
+    if command == "bench":
+        from workbench.bench.command import bench_command
+
+        return bench_command(rest)
+    print(f"dtrain: error: unknown command {command!r}; choose one of: run, bench", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,11 @@
+"""Events (DESIGN 3.4): per-device phase intervals with bytes, and per-step scalars.
+
+Devices emit; the UI, the run store, trace exports and benchmarks read — nothing reads a
+strategy's private state. Times are seconds on the run's ``perf_counter`` clock.
+"""
+
+from workbench.events.log import EventLog
+from workbench.events.records import PHASES, PhaseEvent, ScalarEvent
+from workbench.events.summary import summarize, warmup_steps
+
+__all__ = ["PHASES", "EventLog", "PhaseEvent", "ScalarEvent", "summarize", "warmup_steps"]

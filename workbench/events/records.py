@@ -1,0 +1,42 @@
+"""Event records (DESIGN 3.4): what every device reports, and all that the UI, the run store,
+trace exports and benchmarks read."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+PHASES = ("compute", "send", "recv", "allreduce", "ps-push", "ps-pull", "update", "idle")
+
+
+@dataclass(frozen=True)
+class PhaseEvent:
+    """Device ``device`` spent [start, end) (seconds, ``time.perf_counter`` epoch of the run) in
+    ``phase`` during global step ``step``, moving ``bytes`` over the wire (0 for compute)."""
+
+    device: str
+    phase: str
+    step: int
+    start: float
+    end: float
+    bytes: int = 0
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    def to_dict(self) -> dict:
+        return {"kind": "phase", **asdict(self)}
+
+
+@dataclass(frozen=True)
+class ScalarEvent:
+    """A per-step scalar such as ``loss``, ``lr`` or ``samples_per_second``."""
+
+    name: str
+    step: int
+    value: float
+    time: float
+    device: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"kind": "scalar", **asdict(self)}

@@ -1,0 +1,56 @@
+"""Run summaries computed from events only: throughput, busy fractions, bytes per device."""
+
+from __future__ import annotations
+
+from workbench.events.log import EventLog
+
+BUSY_PHASES = ("compute", "update")
+
+
+def warmup_steps(total_steps: int) -> int:
+    """Steps excluded from steady-state figures: the first 10%, at least 1, at most 20 (they pay
+    for first-touch allocation and cache warm-up, not for the strategy)."""
+    return 0 if total_steps < 3 else min(20, max(1, total_steps // 10))
+
+
+def summarize(
+    log: EventLog, devices: list[str], global_batch_size: int, first_step: int = 0
+) -> dict:
+    """Steady-state samples/s and per-device busy fraction and traffic, from phase events."""
+    phases = log.phases()
+    steps = sorted({event.step for event in phases})
+    skip = warmup_steps(len(steps))
+    steady = {step for step in steps[skip:]}
+    steady_events = [e for e in phases if e.step in steady]
+    if steady_events:
+        window_start = min(e.start for e in steady_events)
+        window_end = max(e.end for e in steady_events)
+        window = max(window_end - window_start, 1e-12)
+        samples_per_second = len(steady) * global_batch_size / window
+    else:
+        window, samples_per_second = 0.0, 0.0
+    per_device = []
+    for device in devices:
+        own = [e for e in steady_events if e.device == device]
+        busy = sum(e.duration for e in own if e.phase in BUSY_PHASES)
+        per_device.append(
+            {
+                "device": device,
+                "busy_fraction": round(busy / window, 6) if window else 0.0,
+                "bytes_sent": sum(
+                    e.bytes
+                    for e in phases
+                    if e.device == device and e.phase in ("send", "allreduce", "ps-push")
+                ),
+                "bytes_received": sum(
+                    e.bytes for e in phases if e.device == device and e.phase in ("recv", "ps-pull")
+                ),
+            }
+        )
+    return {
+        "samples_per_second": samples_per_second,
+        "steady_steps": len(steady),
+        "warmup_steps_excluded": skip,
+        "bytes_communicated": sum(d["bytes_sent"] for d in per_device),
+        "per_device": per_device,
+    }

@@ -1,0 +1,86 @@
+"""``Sequential``: a stack of layers that builds its parameters and its forward graph."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from workbench.ir import Tensor
+from workbench.models.layers import ApplyContext, Dropout, Layer, ModelError
+
+
+class Sequential:
+    """Layers applied in order; the last one produces the logits.
+
+    Examples
+    --------
+    >>> from workbench.models import Dense, Sequential
+    >>> model = Sequential([Dense(8, activation="relu"), Dense(3)], input_shape=(4,))
+    >>> params = model.init_parameters(seed=0, dtype="float64")
+    >>> sorted(params)
+    ['dense_0/bias', 'dense_0/kernel', 'dense_1/bias', 'dense_1/kernel']
+    """
+
+    def __init__(self, layers: Sequence[Layer], input_shape: Sequence[int], name: str = "model"):
+        if not layers:
+            raise ModelError("a Sequential model needs at least one layer")
+        self.layers = list(layers)
+        self.input_shape = tuple(int(s) for s in input_shape)
+        self.name = name
+        counts: dict[str, int] = {}
+        for layer in self.layers:
+            layer.name = f"{layer.kind}_{counts.get(layer.kind, 0)}"
+            counts[layer.kind] = counts.get(layer.kind, 0) + 1
+        # Shapes are checked now, so a bad model fails before any data or cluster work.
+        self._shapes, self._init = self._build(np.random.default_rng(0), record=True)
+
+    @property
+    def takes_integer_input(self) -> bool:
+        return getattr(self.layers[0], "takes_integer_input", False)
+
+    @property
+    def uses_dropout(self) -> bool:
+        return any(isinstance(layer, Dropout) and layer.rate > 0 for layer in self.layers)
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return self._shapes[-1]
+
+    def _build(self, rng: np.random.Generator, record: bool = False):
+        shapes, params = [self.input_shape], {}
+        for layer in self.layers:
+            layer_params, shape = layer.build(shapes[-1], rng)
+            for key, value in layer_params.items():
+                params[f"{layer.name}/{key}"] = value
+            shapes.append(tuple(shape))
+        return shapes, params
+
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: tuple(value.shape) for name, value in self._init.items()}
+
+    def init_parameters(self, seed: int, dtype: str) -> dict[str, np.ndarray]:
+        """Fresh parameters: initialised in float64 from ``seed``, then cast to ``dtype``."""
+        _, params = self._build(np.random.default_rng(seed))
+        return {name: np.ascontiguousarray(value.astype(dtype)) for name, value in params.items()}
+
+    def apply(self, x: Tensor, params: dict[str, Tensor], context: ApplyContext) -> Tensor:
+        for layer in self.layers:
+            prefix = layer.name + "/"
+            own = {k[len(prefix) :]: v for k, v in params.items() if k.startswith(prefix)}
+            with x.builder.scope(layer.name):
+                x = layer.apply(x, own, context)
+        return x
+
+    def summary(self) -> str:
+        lines = [f"{self.name}: input {self.input_shape}"]
+        for layer, shape in zip(self.layers, self._shapes[1:]):
+            count = sum(
+                int(np.prod(v.shape))
+                for k, v in self._init.items()
+                if k.startswith(layer.name + "/")
+            )
+            lines.append(f"  {layer.name:<16} -> {shape!s:<16} {count:>9,} params")
+        total = sum(int(np.prod(v.shape)) for v in self._init.values())
+        lines.append(f"  total {total:,} parameters")
+        return "\n".join(lines)

@@ -1,0 +1,51 @@
+"""``one-device``: the whole step on one device, the oracle every other strategy must match.
+
+Mirrors TF's ``OneDeviceStrategy``. The step runs in this process through the reference
+interpreter; variables stay resident in the session's store between steps.
+"""
+
+from __future__ import annotations
+
+from workbench.events import EventLog
+from workbench.runtime import device_name
+from workbench.training.job import Progress, TrainingJob, epoch_progress
+from workbench.training.session import TrainingSession
+
+
+class OneDeviceStrategy:
+    name = "one-device"
+
+    def __init__(self, config) -> None:
+        self.config = config
+
+    def device_names(self, device_type: str) -> list[str]:
+        return [device_name(device_type)]
+
+    def train(self, job: TrainingJob, log: EventLog, progress: Progress) -> TrainingSession:
+        xp = job.xp
+        (device,) = self.device_names(job.device_type)
+        session = TrainingSession(
+            job.model, job.optimizer, job.sampler.batch_size, job.config.dtype, job.config.seed, xp
+        )
+        if job.initial_parameters is not None:
+            session.load_state(job.initial_parameters, job.initial_optimizer_state or {})
+        # The training set is cast and moved to the device once; each step gathers its rows.
+        inputs = xp.asarray(job.dataset.x_train.astype(session.input_dtype))
+        labels = xp.asarray(job.dataset.y_train)
+        for step in range(job.first_step, job.total_steps):
+            if job.stop.is_set():
+                progress(f"[{self.name}] stopped at step {step}")
+                break
+            rows = xp.asarray(job.sampler.batch_indices(step))
+            batch_x, batch_y = inputs[rows], labels[rows]
+            learning_rate = job.schedule(step)
+            start = job.clock()
+            loss = float(session.step(batch_x, batch_y, learning_rate, step))  # syncs a GPU
+            end = job.clock()
+            log.phase(device, "compute", step, start, end)
+            log.scalar("loss", step, loss, end)
+            log.scalar("lr", step, learning_rate, end)
+            line = epoch_progress(job, step, loss, self.name)
+            if line:
+                progress(line)
+        return session

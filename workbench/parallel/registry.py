@@ -1,0 +1,37 @@
+"""The one explicit registry of strategies, by the names ``--strategy`` accepts.
+
+Each entry names the strategy's class by module path and is imported only when a run asks for
+it, so validating flags never imports cluster code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+STRATEGIES: dict[str, str] = {
+    "one-device": "workbench.parallel.one_device:OneDeviceStrategy",
+}
+STRATEGY_NAMES: tuple[str, ...] = tuple(STRATEGIES)
+
+
+def strategy_class(name: str) -> type:
+    module, _, attribute = STRATEGIES[name].partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def _exactly_one_device(config) -> None:
+    from workbench.config import ConfigError
+
+    if config.devices != 1:
+        raise ConfigError(
+            "--devices", f"strategy one-device uses exactly 1 device, got {config.devices}"
+        )
+
+
+_DEVICE_COUNT_RULES: dict[str, Callable] = {"one-device": _exactly_one_device}
+
+
+def device_count_rule(name: str) -> Callable:
+    """The check a strategy makes of ``--devices`` (and related flags) before any work."""
+    return _DEVICE_COUNT_RULES.get(name, lambda config: None)

@@ -1,0 +1,72 @@
+"""Which device type a run uses and the array module (NumPy or CuPy) that goes with it.
+
+GPU packages are optional: they are imported only when a GPU run is asked for or detected.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+
+class DeviceError(RuntimeError):
+    pass
+
+
+def gpu_count() -> int:
+    """NVML's count of GPUs; 0 on machines without NVIDIA drivers (never raises)."""
+    try:
+        from distributed.diagnostics import nvml
+
+        return int(nvml.device_get_count())
+    except Exception:
+        return 0
+
+
+def _cupy() -> ModuleType | None:
+    try:
+        import cupy
+
+        return cupy
+    except Exception:
+        return None
+
+
+def resolve_device_type(requested: str) -> str:
+    """``cpu`` or ``gpu`` for ``--device-type auto|cpu|gpu``; a GPU request without a usable
+    GPU and CuPy is an error that says which part is missing."""
+    if requested == "cpu":
+        return "cpu"
+    usable = gpu_count() > 0 and _cupy() is not None
+    if requested == "gpu" and not usable:
+        missing = "no NVIDIA GPU was found" if gpu_count() == 0 else "CuPy is not installed"
+        raise DeviceError(
+            f"--device-type: gpu was requested but {missing}; install the 'gpu' extra "
+            "(pip install 'dtrain-workbench[gpu]') on a machine with a GPU, or use cpu"
+        )
+    return "gpu" if usable else "cpu"
+
+
+def array_module(device_type: str) -> ModuleType:
+    if device_type == "gpu":
+        import cupy
+
+        return cupy
+    import numpy
+
+    return numpy
+
+
+def to_host(array):
+    """A NumPy copy of a NumPy or CuPy array."""
+    get = getattr(array, "get", None)
+    if get is not None and type(array).__module__.startswith("cupy"):
+        return get()
+    import numpy
+
+    return numpy.asarray(array)
+
+
+def device_name(device_type: str, task: int = 0, index: int = 0) -> str:
+    """TF-style device names: ``/job:worker/task:0/device:CPU:0``."""
+    kind = "GPU" if device_type == "gpu" else "CPU"
+    return f"/job:worker/task:{task}/device:{kind}:{index}"

@@ -1,0 +1,159 @@
+"""Running one training job end to end: validate, load data, build, train, evaluate, save.
+
+Every check that can fail on user input runs before training starts, and a checkpoint is only
+written after training succeeded (and then atomically).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench.checkpoint import load_checkpoint, save_checkpoint
+from workbench.config import ConfigError, RunConfig, total_steps, validate_config
+from workbench.data import DatasetError, GlobalBatchSampler, load_dataset
+from workbench.events import EventLog, summarize
+from workbench.models import build_model
+from workbench.optim import LearningRateSchedule, make_optimizer
+from workbench.parallel.registry import strategy_class
+from workbench.runtime import array_module, resolve_device_type
+from workbench.training.job import Progress, TrainingJob
+
+# A checkpoint continues the same run only if these match: they decide the model, the data
+# order and the arithmetic.
+RESUME_MUST_MATCH = ("model", "hidden", "dataset", "dtype", "optimizer", "batch_size", "seed")
+
+
+@dataclass
+class RunResult:
+    summary: dict[str, Any]
+    parameters: dict[str, np.ndarray]
+    optimizer_state: dict[str, np.ndarray]
+    log: EventLog
+
+
+def stderr_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _check_resume(config: RunConfig, saved: dict) -> None:
+    for key in RESUME_MUST_MATCH:
+        mine = list(config.hidden) if key == "hidden" else getattr(config, key)
+        if saved.get(key) != mine:
+            raise ConfigError(
+                "--resume",
+                f"the checkpoint was saved with --{key.replace('_', '-')} {saved.get(key)!r} but "
+                f"this run uses {mine!r}; resume with the same value",
+            )
+
+
+def run_training(
+    config: RunConfig,
+    log: EventLog | None = None,
+    progress: Progress = stderr_progress,
+    job_hook=None,
+) -> RunResult:
+    """Train as ``config`` says and return the ``--json`` summary plus the final variables."""
+    wall_start = time.perf_counter()
+    config = validate_config(config)
+    device_type = resolve_device_type(config.device_type)
+    checkpoint = load_checkpoint(config.resume) if config.resume else None
+    if checkpoint is not None:
+        _check_resume(config, checkpoint.config)
+    dataset = load_dataset(config.dataset, seed=config.seed)
+    model = build_model(config.model, dataset.input_shape, dataset.num_classes, config.hidden)
+    optimizer = make_optimizer(config.optimizer)
+    try:
+        sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
+    except DatasetError as error:
+        raise ConfigError("--batch-size", str(error)) from None
+    steps = total_steps(config, sampler.steps_per_epoch)
+    first_step = checkpoint.step if checkpoint is not None else 0
+    if first_step > steps:
+        raise ConfigError("--steps", f"the checkpoint is already at step {first_step} > {steps}")
+    schedule = LearningRateSchedule(
+        config.lr or optimizer.default_learning_rate,
+        config.batch_size,
+        config.warmup_steps,
+        config.lr_scaling,
+        config.lr_decay,
+        steps,
+    )
+    strategy = strategy_class(config.strategy)(config)
+    log = log or EventLog()
+    job = TrainingJob(
+        config=config,
+        model=model,
+        optimizer=optimizer,
+        dataset=dataset,
+        sampler=sampler,
+        schedule=schedule,
+        first_step=first_step,
+        total_steps=steps,
+        device_type=device_type,
+        xp=array_module(device_type),
+        initial_parameters=checkpoint.params if checkpoint else None,
+        initial_optimizer_state=checkpoint.optimizer_state if checkpoint else None,
+    )
+    if job_hook is not None:
+        job_hook(job)
+    progress(
+        f"[{config.strategy}] {model.name} on {dataset.name}: {steps - first_step} steps "
+        f"of batch {config.batch_size}, {config.dtype}, {device_type}"
+    )
+    trained = strategy.train(job, log, progress)
+    xp = job.xp
+    test_x = xp.asarray(
+        dataset.x_test.astype("int64" if model.takes_integer_input else config.dtype)
+    )
+    test_loss, test_accuracy = trained.evaluate(test_x, xp.asarray(dataset.y_test))
+    parameters, optimizer_state = trained.parameters(), trained.optimizer_state()
+    losses = log.scalars("loss")
+    completed = losses[-1].step + 1 if losses else first_step
+    if config.save:
+        save_checkpoint(
+            config.save,
+            params=parameters,
+            optimizer_state=optimizer_state,
+            step=completed,
+            rng_state={
+                "sampler": {
+                    "seed": config.seed,
+                    "next_step": completed,
+                    "permutation": "default_rng([seed, epoch])",
+                },
+                "dropout": {"seed": config.seed, "stream": "philox(seed*2**32+step)"},
+            },
+            config=config.to_dict(),
+        )
+    devices = strategy.device_names(device_type)
+    figures = summarize(log, devices, config.batch_size)
+    summary = {
+        "strategy": config.strategy,
+        "devices": len(devices),
+        "device_type": device_type,
+        "model": config.model,
+        "dataset": dataset.name,
+        "dtype": config.dtype,
+        "steps": completed - first_step,
+        "first_step": first_step,
+        "global_batch_size": config.batch_size,
+        "final_loss": losses[-1].value if losses else None,
+        "test_loss": test_loss,
+        "test_accuracy": test_accuracy,
+        "samples_per_second": figures["samples_per_second"],
+        "wall_seconds": time.perf_counter() - wall_start,
+        "bytes_communicated": figures["bytes_communicated"],
+        "per_device": figures["per_device"],
+        "warmup_steps_excluded": figures["warmup_steps_excluded"],
+        "saved_to": config.save,
+    }
+    progress(
+        f"[{config.strategy}] test accuracy {test_accuracy:.4f}  test loss {test_loss:.4f}  "
+        f"{figures['samples_per_second']:,.0f} samples/s"
+    )
+    return RunResult(summary, parameters, optimizer_state, log)
