@@ -116,9 +116,11 @@ def validate_config(config: RunConfig) -> RunConfig:
             "--hidden", f"needs positive layer widths like 512,512, got {config.hidden}"
         )
     try:
-        parse_dataset_spec(config.dataset)
+        kind, argument = parse_dataset_spec(config.dataset)
     except DatasetError as error:
         raise ConfigError("--dataset", f"{error} (forms: {', '.join(DATASET_FORMS)})") from None
+    if kind in ("mnist", "fashion-mnist", "cifar10") and not Path(argument).expanduser().is_dir():
+        raise ConfigError("--dataset", f"{kind} directory {argument} does not exist")
     if config.epochs is not None and config.steps is not None:
         raise ConfigError("--epochs", "give either --epochs or --steps, not both")
     if config.epochs is not None:

@@ -8,6 +8,7 @@ reject the same inputs with the same messages.
 from __future__ import annotations
 
 import argparse
+import difflib
 from collections.abc import Sequence
 
 from workbench.config import (
@@ -32,8 +33,17 @@ class FlagError(ConfigError):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would print and exit; we raise instead
-        field = message.split(":", 1)[0].replace("argument ", "") if ":" in message else "flags"
-        raise FlagError(field.split("/")[0], message.split(": ", 1)[-1])
+        if message.startswith("unrecognized arguments:"):
+            unknown = message.split(":", 1)[1].split()
+            flag = next((word for word in unknown if word.startswith("-")), unknown[0])
+            known = [option for action in self._actions for option in action.option_strings]
+            close = difflib.get_close_matches(flag, known, n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; see {self.prog} --help"
+            raise FlagError(flag, f"unknown flag{hint}")
+        if message.startswith("argument "):
+            field, _, detail = message[len("argument "):].partition(": ")
+            raise FlagError(field.split("/")[0], detail)
+        raise FlagError("flags", message)
 
 
 def _hidden(text: str) -> tuple[int, ...]:

@@ -64,7 +64,10 @@ def run_training(
     checkpoint = load_checkpoint(config.resume) if config.resume else None
     if checkpoint is not None:
         _check_resume(config, checkpoint.config)
-    dataset = load_dataset(config.dataset, seed=config.seed)
+    try:
+        dataset = load_dataset(config.dataset, seed=config.seed)
+    except DatasetError as error:
+        raise ConfigError("--dataset", str(error)) from None
     model = build_model(config.model, dataset.input_shape, dataset.num_classes, config.hidden)
     optimizer = make_optimizer(config.optimizer)
     try:

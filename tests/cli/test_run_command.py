@@ -1,0 +1,96 @@
+"""``dtrain run``: the JSON contract, progress on stderr, and clear errors before any work."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from workbench.cli.main import main
+
+JSON_KEYS = {
+    "strategy", "devices", "steps", "global_batch_size", "final_loss", "test_accuracy",
+    "samples_per_second", "wall_seconds", "bytes_communicated", "per_device",
+}
+
+
+def run_json(capsys, *flags):
+    code = main(["run", *flags, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out), captured.err
+
+
+def test_json_summary_has_the_contract_keys_and_progress_goes_to_stderr(capsys):
+    summary, err = run_json(capsys, "--steps", "30", "--hidden", "32")
+    assert JSON_KEYS <= set(summary)
+    assert summary["strategy"] == "one-device" and summary["devices"] == 1
+    assert summary["steps"] == 30 and summary["global_batch_size"] == 32
+    assert summary["samples_per_second"] > 0 and summary["wall_seconds"] > 0
+    assert summary["bytes_communicated"] == 0
+    (device,) = summary["per_device"]
+    assert {"busy_fraction", "bytes_sent", "bytes_received"} <= set(device)
+    assert 0 < device["busy_fraction"] <= 1
+    assert "loss" in err and "test accuracy" in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "field", "allowed"),
+    [
+        (["--strategy", "warp-drive"], "--strategy", "one-device"),
+        (["--optimizer", "rmsprop"], "--optimizer", "sgd, momentum, adam"),
+        (["--model", "resnet"], "--model", "mlp, cnn"),
+        (["--dtype", "int8"], "--dtype", "float32, float64"),
+        (["--allreduce", "tree"], "--allreduce", "ring, hierarchical-copy, reduce-to-one"),
+        (["--schedule", "zigzag"], "--schedule", "gpipe, 1f1b"),
+        (["--mode", "eventual"], "--mode", "sync, async"),
+        (["--device-type", "tpu"], "--device-type", "auto, cpu, gpu"),
+        (["--dataset", "imagenet"], "--dataset", "mnist:PATH"),
+        (["--devices", "2"], "--devices", "exactly 1"),
+        (["--devices", "0"], "--devices", ">= 1"),
+        (["--batch-size", "0"], "--batch-size", ">= 1"),
+        (["--batch-size", "5000"], "--batch-size", "batch"),
+        (["--staleness", "-1"], "--staleness", ">= 0"),
+        (["--ps", "0"], "--ps", ">= 1"),
+        (["--epochs", "2", "--steps", "3"], "--epochs", "not both"),
+        (["--lr", "-0.1"], "--lr", "> 0"),
+        (["--hidden", "12,x"], "--hidden", "comma-separated"),
+        (["--devices", "two"], "--devices", "invalid int"),
+        (["--warp", "9"], "--warp", "unknown flag"),
+        (["--seeds", "9"], "--seeds", "did you mean --seed?"),
+        (["--dataset", "mnist:/no/such/dir"], "mnist", "/no/such/dir"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_field_and_choices(capsys, flags, field, allowed):
+    code = main(["run", *flags, "--json"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""  # no half-made summary
+    assert field in captured.err and allowed in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_bad_save_directory_is_refused_before_training(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    code = main(["run", "--steps", "2", "--save", str(tmp_path)])
+    assert code == 2
+    assert "--save" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_console_script_runs_end_to_end(tmp_path):
+    script = shutil.which("dtrain") or str(sys.executable).replace("python", "dtrain")
+    done = subprocess.run(
+        [script, "run", "--steps", "5", "--hidden", "16", "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["steps"] == 5
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_ten_epochs_on_digits_reach_97_percent(capsys, model):
+    summary, _ = run_json(capsys, "--strategy", "one-device", "--model", model,
+                          "--dataset", "digits", "--epochs", "10")
+    assert summary["test_accuracy"] >= 0.97
