@@ -42,12 +42,18 @@ class Executable:
                 slot_of[Value(node.name, index)] = len(slot_of)
         self.slot_count = len(slot_of)
         self.placeholders: dict[str, int] = {}
+        # Constants are moved to the device once per array module, not once per step.
+        self._constants: dict[int, Any] = {}
+        self._constants_on: dict[str, list[tuple[int, Any]]] = {}
         last_reader: dict[int, int] = {}
         self.steps: list[tuple[Any, ...]] = []
         for position, node in enumerate(graph.nodes):
             outputs = tuple(slot_of[node.output(i)] for i in range(len(node.types)))
             if node.op == "placeholder":
                 self.placeholders[node.name] = outputs[0]
+                continue
+            if node.op == "constant":
+                self._constants[outputs[0]] = node.attrs["value"]
                 continue
             inputs = tuple(slot_of[value] for value in node.inputs)
             for slot in inputs:
@@ -88,6 +94,12 @@ class Executable:
         values: list[Any] = [None] * self.slot_count
         for name, slot in self.placeholders.items():
             values[slot] = feeds[name]
+        constants = self._constants_on.get(xp.__name__)
+        if constants is None:
+            constants = [(slot, xp.asarray(value)) for slot, value in self._constants.items()]
+            self._constants_on[xp.__name__] = constants
+        for slot, value in constants:
+            values[slot] = value
         release = self._release
         for node, impl, inputs, outputs, attrs, stateful, position in self.steps:
             args = [values[slot] for slot in inputs]

@@ -31,9 +31,9 @@ def _scatter_add_rows(xp, ids, rows, vocabulary):
     out = xp.zeros((vocabulary, rows.shape[-1]), dtype=rows.dtype)
     flat_ids = ids.reshape(-1)
     flat_rows = rows.reshape(-1, rows.shape[-1])
-    if hasattr(xp.add, "at"):
+    if xp.__name__ == "numpy":
         xp.add.at(out, flat_ids, flat_rows)
-    else:  # CuPy before ufunc.at
+    else:  # CuPy's scatter_add is its atomic-add kernel for exactly this
         import cupyx
 
         cupyx.scatter_add(out, flat_ids, flat_rows)
