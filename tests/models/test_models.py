@@ -23,9 +23,12 @@ from workbench.models import (
 def test_mlp_parameters_are_named_by_layer_path_with_expected_shapes():
     model = build_model("mlp", (1, 8, 8), 10, hidden=(32, 16))
     assert model.parameter_shapes() == {
-        "dense_0/kernel": (64, 32), "dense_0/bias": (32,),
-        "dense_1/kernel": (32, 16), "dense_1/bias": (16,),
-        "dense_2/kernel": (16, 10), "dense_2/bias": (10,),
+        "dense_0/kernel": (64, 32),
+        "dense_0/bias": (32,),
+        "dense_1/kernel": (32, 16),
+        "dense_1/bias": (16,),
+        "dense_2/kernel": (16, 10),
+        "dense_2/bias": (10,),
     }
 
 
@@ -42,7 +45,8 @@ def test_initialisation_is_seeded_and_dtype_independent():
 
 
 @pytest.mark.parametrize(
-    ("shape", "flat"), [((1, 8, 8), 64 * 4 * 4), ((1, 28, 28), 64 * 7 * 7), ((3, 32, 32), 64 * 8 * 8)]
+    ("shape", "flat"),
+    [((1, 8, 8), 64 * 4 * 4), ((1, 28, 28), 64 * 7 * 7), ((3, 32, 32), 64 * 8 * 8)],
 )
 def test_cnn_preset_fits_digits_mnist_and_cifar(shape, flat):
     model = build_model("cnn", shape, 10)
@@ -81,8 +85,16 @@ def test_cnn_needs_images():
 def test_every_layer_kind_runs_forward():
     rng = np.random.default_rng(0)
     image_model = Sequential(
-        [Conv2D(3, 3, activation="relu"), AvgPool2D(2), MaxPool2D(2, stride=1), Flatten(),
-         LayerNorm(), Dropout(0.5), Dense(4, activation="gelu"), Dense(2)],
+        [
+            Conv2D(3, 3, activation="relu"),
+            AvgPool2D(2),
+            MaxPool2D(2, stride=1),
+            Flatten(),
+            LayerNorm(),
+            Dropout(0.5),
+            Dense(4, activation="gelu"),
+            Dense(2),
+        ],
         (1, 6, 6),
     )
     token_model = Sequential([Embedding(11, 5), Flatten(), Dense(2, activation="tanh")], (3,))
@@ -95,6 +107,9 @@ def test_every_layer_kind_runs_forward():
         params = {n: b.variable(n, s, "float64") for n, s in model.parameter_shapes().items()}
         seed = b.placeholder("seed", (), "int64")
         logits = model.apply(xt, params, ApplyContext(training=True, dropout_seed=seed))
-        out = evaluate(b.build({"logits": logits}), {"x": x, "seed": np.int64(1)},
-                       model.init_parameters(0, "float64"))
+        out = evaluate(
+            b.build({"logits": logits}),
+            {"x": x, "seed": np.int64(1)},
+            model.init_parameters(0, "float64"),
+        )
         assert out["logits"].shape == (2, 2) and np.all(np.isfinite(out["logits"]))

@@ -18,8 +18,9 @@ from workbench.models.layers import (
     MaxPool2D,
     ModelError,
 )
-from workbench.models.presets import MODEL_NAMES, build_model, cnn, mlp
+from workbench.models.presets import MODEL_NAMES, build_model, cnn, mlp, transformer
 from workbench.models.sequential import Sequential
+from workbench.models.transformer import PositionEmbedding, Reshape, TokenMean, TransformerBlock
 
 __all__ = [
     "MODEL_NAMES",
@@ -35,8 +36,13 @@ __all__ = [
     "LayerNorm",
     "MaxPool2D",
     "ModelError",
+    "PositionEmbedding",
+    "Reshape",
     "Sequential",
+    "TokenMean",
+    "TransformerBlock",
     "build_model",
     "cnn",
     "mlp",
+    "transformer",
 ]

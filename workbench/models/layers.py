@@ -70,13 +70,15 @@ class Dense(Layer):
         self.units, self.activation = units, activation
 
     def build(self, input_shape, rng):
-        if len(input_shape) != 1:
+        # Like Keras, Dense maps the last axis, so (tokens, width) works; image-shaped input is
+        # almost always a forgotten Flatten, so it is refused.
+        if len(input_shape) not in (1, 2):
             raise ModelError(
                 f"{self.name}: Dense needs a flat input, got shape {input_shape}; add Flatten()"
             )
-        (width,) = input_shape
+        width = input_shape[-1]
         kernel = glorot_uniform(rng, (width, self.units), width, self.units)
-        return {"kernel": kernel, "bias": np.zeros(self.units)}, (self.units,)
+        return {"kernel": kernel, "bias": np.zeros(self.units)}, (*input_shape[:-1], self.units)
 
     def apply(self, x, params, context):
         return activate(x @ params["kernel"] + params["bias"], self.activation)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from workbench.models.layers import Conv2D, Dense, Flatten, MaxPool2D, ModelError
+from workbench.models.layers import Conv2D, Dense, Flatten, LayerNorm, MaxPool2D, ModelError
 from workbench.models.sequential import Sequential
+from workbench.models.transformer import PositionEmbedding, Reshape, TokenMean, TransformerBlock
 
-MODEL_NAMES = ("mlp", "cnn")
+MODEL_NAMES = ("mlp", "cnn", "transformer")
 
 
 def mlp(input_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (512, 512)):
@@ -44,6 +45,28 @@ def cnn(input_shape: Sequence[int], num_classes: int):
     return Sequential(layers, input_shape, name="cnn")
 
 
+def transformer(input_shape: Sequence[int], num_classes: int, width: int = 32, blocks: int = 2):
+    """Reads an image as a sequence of rows (tokens): project each row to ``width``, add a
+    learned position embedding, run pre-norm Transformer blocks, average the tokens, classify."""
+    if len(input_shape) not in (2, 3):
+        raise ModelError(f"model transformer needs (tokens, features) or images, got {input_shape}")
+    channels_rows = (
+        input_shape if len(input_shape) == 2 else (input_shape[1], input_shape[0] * input_shape[2])
+    )
+    layers = [
+        Reshape(channels_rows) if len(input_shape) == 3 else None,
+        Dense(width),
+        PositionEmbedding(),
+        *[TransformerBlock(heads=4) for _ in range(blocks)],
+        LayerNorm(),
+        TokenMean(),
+        Dense(num_classes),
+    ]
+    return Sequential(
+        [layer for layer in layers if layer is not None], input_shape, name="transformer"
+    )
+
+
 def build_model(
     name: str, input_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (512, 512)
 ) -> Sequential:
@@ -51,4 +74,6 @@ def build_model(
         return mlp(input_shape, num_classes, hidden)
     if name == "cnn":
         return cnn(input_shape, num_classes)
+    if name == "transformer":
+        return transformer(input_shape, num_classes)
     raise ModelError(f"model {name!r} is not one of {', '.join(MODEL_NAMES)}")
