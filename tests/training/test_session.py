@@ -11,8 +11,9 @@ def test_loss_falls_on_a_learnable_problem():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 10))
     y = (x[:, 0] > 0).astype(np.int64)
-    session = TrainingSession(build_model("mlp", (10,), 2, (16,)), make_optimizer("momentum"),
-                              64, "float64", seed=0)
+    session = TrainingSession(
+        build_model("mlp", (10,), 2, (16,)), make_optimizer("momentum"), 64, "float64", seed=0
+    )
     losses = [float(session.step(x, y, 0.1, step)) for step in range(60)]
     assert losses[-1] < 0.25 * losses[0]
     _, accuracy = session.evaluate(x, y)
@@ -22,8 +23,9 @@ def test_loss_falls_on_a_learnable_problem():
 def test_chunked_evaluation_equals_one_pass():
     rng = np.random.default_rng(1)
     x, y = rng.normal(size=(25, 6)), rng.integers(0, 3, 25)
-    session = TrainingSession(build_model("mlp", (6,), 3, (8,)), make_optimizer("sgd"), 5,
-                              "float64", seed=0)
+    session = TrainingSession(
+        build_model("mlp", (6,), 3, (8,)), make_optimizer("sgd"), 5, "float64", seed=0
+    )
     whole = session.evaluate(x, y, chunk=25)
     pieces = session.evaluate(x, y, chunk=7)
     np.testing.assert_allclose(whole, pieces, rtol=1e-12)
