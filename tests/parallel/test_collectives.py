@@ -1,0 +1,88 @@
+"""Every all-reduce algorithm, 1..8 ranks, awkward sizes: exact sums, identical bytes on every
+rank, and the ring's traffic equal to 2(N-1)/N x S."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from workbench.parallel.collectives import (
+    ThreadTransport,
+    allreduce,
+    chunk_bounds,
+    plan_buckets,
+    ring_bytes_per_rank,
+)
+
+ALGORITHMS = ["ring", "hierarchical-copy", "reduce-to-one"]
+
+
+def run_ranks(size, make_input, algorithm):
+    transports = ThreadTransport.group(size, timeout=10)
+    results, errors = [None] * size, []
+
+    def work(rank):
+        try:
+            results[rank] = allreduce(transports[rank], make_input(rank), "t", algorithm)
+        except Exception as error:  # surfaced below with the rank
+            errors.append((rank, error))
+
+    threads = [threading.Thread(target=work, args=(rank,)) for rank in range(size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors, errors
+    return results, transports
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("size", range(1, 9))
+@pytest.mark.parametrize("length", [1, 7, 64, 1001])
+def test_exact_sum_and_identical_bytes(algorithm, size, length):
+    # Integer-valued floats: every summation order gives the exact answer.
+    inputs = [np.arange(length, dtype=np.float64) * (rank + 1) for rank in range(size)]
+    results, _ = run_ranks(size, lambda r: inputs[r], algorithm)
+    expected = sum(inputs)
+    for result in results:
+        np.testing.assert_array_equal(result, expected)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("size", [2, 3, 5, 8])
+def test_random_floats_give_the_same_bytes_on_every_rank(algorithm, size):
+    rng = np.random.default_rng(size)
+    inputs = [rng.normal(size=(13, 5)).astype(np.float32) for _ in range(size)]
+    results, _ = run_ranks(size, lambda r: inputs[r], algorithm)
+    assert all(r.tobytes() == results[0].tobytes() for r in results)
+    np.testing.assert_allclose(results[0], np.sum(inputs, axis=0), rtol=1e-5, atol=1e-5)
+    assert results[0].shape == (13, 5) and results[0].dtype == np.float32
+
+
+@pytest.mark.parametrize("size", range(2, 9))
+@pytest.mark.parametrize("length", [8 * 9 * 5 * 7, 1000, 999])
+def test_ring_traffic_is_two_n_minus_one_over_n(size, length):
+    _, transports = run_ranks(size, lambda r: np.ones(length, dtype=np.float32), "ring")
+    nbytes = length * 4
+    bounds = chunk_bounds(length, size)
+    for rank, transport in enumerate(transports):
+        if length % size == 0:
+            assert transport.bytes_sent == ring_bytes_per_rank(nbytes, size)
+        # Uneven chunks: the bytes are exactly those of the chunks the schedule sends.
+        sent_chunks = [(rank - s) % size for s in range(size - 1)]
+        sent_chunks += [(rank + 1 - s) % size for s in range(size - 1)]
+        planned = sum((bounds[c][1] - bounds[c][0]) * 4 for c in sent_chunks)
+        assert transport.bytes_sent == planned
+        assert abs(transport.bytes_sent - ring_bytes_per_rank(nbytes, size)) <= 2 * 4 * size
+        assert transport.bytes_received == transport.bytes_sent or length % size
+
+
+def test_buckets_pack_and_unpack_every_tensor():
+    shapes = {"a": (3, 2), "b": (5,), "c": (2, 2, 2)}
+    tensors = {name: np.random.default_rng(0).normal(size=s) for name, s in shapes.items()}
+    buckets = plan_buckets(shapes, 8, bucket_bytes=100)
+    assert [b.names for b in buckets] == [("c",), ("b", "a")]
+    for bucket in buckets:
+        restored = bucket.unpack(bucket.pack(tensors))
+        for name, value in restored.items():
+            np.testing.assert_array_equal(value, tensors[name])

@@ -1,0 +1,61 @@
+"""Collective algorithms over a point-to-point :class:`Transport`.
+
+What flows in: one array per rank (same shape everywhere) and a key unique to this collective.
+What flows out: the sum on every rank, bit-identical across ranks. Algorithms: ``ring``
+(reduce-scatter + all-gather), ``hierarchical-copy`` (reduce in groups, ring across leaders,
+broadcast) and ``reduce-to-one`` (root sums, broadcasts). Arrays with fewer elements than
+ranks take the reduce-to-one path: a ring cannot give every rank a chunk.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+from workbench.parallel.collectives.buckets import DEFAULT_BUCKET_BYTES, Bucket, plan_buckets
+from workbench.parallel.collectives.hierarchical import (
+    SubgroupTransport,
+    even_groups,
+    hierarchical_allreduce,
+)
+from workbench.parallel.collectives.reduce_to_one import broadcast, reduce, reduce_to_one
+from workbench.parallel.collectives.ring import chunk_bounds, ring_allreduce, ring_bytes_per_rank
+from workbench.parallel.collectives.transport import StallError, ThreadTransport, Transport
+
+
+def allreduce(
+    transport: Transport, array: Any, key: str, algorithm: str = "ring", groups: int = 2
+) -> Any:
+    """Sum ``array`` over every rank with the named algorithm (``--allreduce`` values)."""
+    if array.size < transport.size or algorithm == "reduce-to-one":
+        return reduce_to_one(transport, array, key)
+    if algorithm == "ring":
+        return ring_allreduce(transport, array, key)
+    if algorithm == "hierarchical-copy":
+        return hierarchical_allreduce(transport, array, key, even_groups(transport.size, groups))
+    raise ValueError(f"unknown all-reduce algorithm {algorithm!r}")
+
+
+ALGORITHMS: dict[str, Callable] = {
+    "ring": ring_allreduce,
+    "hierarchical-copy": hierarchical_allreduce,
+    "reduce-to-one": reduce_to_one,
+}
+
+__all__ = [
+    "ALGORITHMS",
+    "DEFAULT_BUCKET_BYTES",
+    "Bucket",
+    "StallError",
+    "SubgroupTransport",
+    "ThreadTransport",
+    "Transport",
+    "allreduce",
+    "broadcast",
+    "chunk_bounds",
+    "even_groups",
+    "hierarchical_allreduce",
+    "plan_buckets",
+    "reduce",
+    "reduce_to_one",
+    "ring_allreduce",
+    "ring_bytes_per_rank",
+]
