@@ -69,5 +69,5 @@ def test_cosine_decay_after_warmup_reaches_zero():
     schedule = LearningRateSchedule(0.5, 32, warmup_steps=2, decay="cosine", total_steps=12)
     rates = [schedule(s) for s in range(13)]
     assert rates[2] == pytest.approx(0.5)
-    assert all(a >= b for a, b in itertools.pairwise(rates))
+    assert all(a >= b for a, b in itertools.pairwise(rates[2:]))  # non-increasing after warm-up
     assert rates[12] == pytest.approx(0.0, abs=1e-12)

@@ -57,13 +57,14 @@ def array_module(device_type: str) -> ModuleType:
 
 
 def to_host(array):
-    """A NumPy copy of a NumPy or CuPy array."""
+    """A NumPy copy of a NumPy or CuPy array (a copy even on the CPU: variables are updated in
+    place, and a snapshot must not change with them)."""
     get = getattr(array, "get", None)
     if get is not None and type(array).__module__.startswith("cupy"):
         return get()
     import numpy
 
-    return numpy.asarray(array)
+    return numpy.array(array, copy=True)
 
 
 def device_name(device_type: str, task: int = 0, index: int = 0) -> str:

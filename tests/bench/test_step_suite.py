@@ -1,0 +1,158 @@
+"""The step suite: the contenders agree, a broken one is caught, the command runs end to end.
+
+No timing thresholds: a test machine's speed proves nothing about the code.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from workbench.bench import bench_command, torch_reference
+from workbench.bench.step_suite import (
+    AgreementError,
+    StepContender,
+    StepSettings,
+    build_contender,
+    check_agreement,
+    initial_parameters,
+    make_batch,
+    open_contenders,
+)
+from workbench.bench.timing import Contender, ProcessContender, Spread, interleaved_rounds, rotation
+from workbench.runtime import gpu_count
+
+TINY = StepSettings(batch_size=16, hidden=(32, 32))
+TINY_FLAGS = ["--rounds", "2", "--steps-per-round", "1", "--hidden", "32,32", "--batch-size", "16"]
+HAVE_TORCH = torch_reference.unavailable_reason("cpu") is None
+
+
+@pytest.mark.parametrize("settings", [TINY, StepSettings()], ids=["tiny", "reference-size"])
+def test_all_contenders_compute_the_same_step(settings):
+    with open_contenders(replace(settings, isolation="none")) as (contenders, missing):
+        report = check_agreement(contenders)
+    expected = {"workbench", "numpy", "torch"} if HAVE_TORCH else {"workbench", "numpy"}
+    assert set(report["losses"]) == expected and set(missing) == {"torch"} - expected
+    assert all(np.isfinite(loss) for loss in report["losses"].values())
+
+
+def test_contenders_in_worker_processes_agree_too():
+    with open_contenders(TINY) as (contenders, _):
+        assert all(isinstance(contender, ProcessContender) for contender in contenders)
+        report = check_agreement(contenders)
+    assert report["max_relative_update_difference"]["numpy"] == 0.0
+
+
+def _workbench_and(settings: StepSettings, initial: dict[str, np.ndarray]):
+    """The honest workbench contender beside a hand-written one built from ``settings`` and
+    ``initial`` (which a test alters to break it)."""
+    x, y = make_batch(TINY)
+    honest = build_contender("workbench", TINY, initial_parameters(TINY), x, y)
+    return [honest, build_contender("numpy", settings, initial, x, y)]
+
+
+@pytest.mark.parametrize(
+    ("learning_rate", "shift", "message"),
+    [
+        (0.02, 0.0, "update of dense_0/kernel differs"),
+        (0.01 * (1 + 1e-2), 0.0, "update of dense_0/kernel differs"),
+        (0.01, 1e-3, "dense_2/bias did not start from"),
+    ],
+    ids=["double-learning-rate", "learning-rate-off-by-1%", "different-start"],
+)
+def test_a_broken_contender_is_caught(learning_rate, shift, message):
+    initial = initial_parameters(TINY)
+    initial["dense_2/bias"] = initial["dense_2/bias"] + np.float32(shift)
+    broken = StepSettings(batch_size=16, hidden=(32, 32), learning_rate=learning_rate)
+    with pytest.raises(AgreementError, match=message):
+        check_agreement(_workbench_and(broken, initial))
+
+
+def test_a_wrong_loss_is_caught():
+    workbench, honest = _workbench_and(TINY, initial_parameters(TINY))
+    lying = StepContender(
+        "lying", lambda: float(honest.run()) * 1.01, honest.synchronize, honest.parameters
+    )
+    with pytest.raises(AgreementError, match="lying: loss"):
+        check_agreement([workbench, lying])
+
+
+def _run_json(capsys, argv: list[str]) -> dict:
+    assert bench_command(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_suite_runs_end_to_end_with_json(capsys):
+    report = _run_json(capsys, ["step", *TINY_FLAGS, "--json"])
+    assert set(report) == {"command", "machine", "suites"}
+    assert {"cpu", "cores", "numpy", "thread_pools"} <= set(report["machine"])
+    result = report["suites"]["step"]
+    assert {"suite", "settings", "flops_per_step", "agreement", "contenders", "ratios"} <= set(
+        result
+    )
+    assert result["settings"]["layers"] == [784, 32, 32, 10]
+    for name in ("workbench", "numpy"):
+        row = result["contenders"][name]
+        assert row["available"]
+        assert row["ms_per_step"]["median"] > 0 and row["samples_per_second"] > 0
+        assert len(row["round_ms"]) == 2 and min(row["round_ms"]) > 0
+        assert row["page_faults_per_step"] >= 0
+    ratios = result["ratios"]
+    assert ratios["workbench_over_numpy_step_time"]["median"] > 0
+    assert ratios["workbench_over_numpy_step_time"]["met"] is None  # not the reference size
+    if HAVE_TORCH:
+        assert result["contenders"]["torch"]["ms_per_step"]["median"] > 0
+        assert ratios["workbench_over_torch_throughput"]["median"] > 0
+
+
+def test_without_torch_the_row_says_how_to_install_it(capsys, monkeypatch):
+    missing = torch_reference.TORCH_MISSING
+    monkeypatch.setattr(torch_reference, "unavailable_reason", lambda device: missing)
+    result = _run_json(capsys, ["step", *TINY_FLAGS, "--json"])["suites"]["step"]
+    assert result["contenders"]["torch"] == {
+        "label": "PyTorch (eager)",
+        "available": False,
+        "reason": torch_reference.TORCH_MISSING,
+    }
+    assert result["ratios"]["workbench_over_torch_throughput"] is None
+
+
+def test_the_markdown_report_has_a_table(capsys):
+    assert bench_command([*TINY_FLAGS, "--isolation", "none"]) == 0  # no suite: all suites
+    out = capsys.readouterr().out
+    assert "| contender | ms/step (median) |" in out
+    assert "| workbench |" in out and "| NumPy (hand-written) |" in out
+    assert "workbench / NumPy step time" in out
+
+
+def test_list_unknown_suite_and_bad_flags(capsys):
+    assert bench_command(["--list"]) == 0
+    assert "step" in capsys.readouterr().out
+    assert bench_command(["nonsense"]) == 2
+    assert "unknown suite 'nonsense'" in capsys.readouterr().err
+    assert bench_command(["step", "--hidden", "a,b"]) == 2
+
+
+@pytest.mark.skipif(gpu_count() > 0, reason="this machine has a GPU")
+def test_a_gpu_run_without_a_gpu_says_what_is_missing(capsys):
+    assert bench_command(["step", "--device-type", "gpu"]) == 2
+    assert "no NVIDIA GPU was found" in capsys.readouterr().err
+
+
+def test_interleaved_rounds_rotate_and_count():
+    calls: list[str] = []
+    contenders = [Contender(name, lambda name=name: calls.append(name)) for name in "abc"]
+    timings = interleaved_rounds(contenders, rounds=3, steps_per_round=2, warmup_steps=1)
+    assert calls[:3] == ["a", "b", "c"]  # warm-up
+    assert "".join(calls[3:]) == "aabbcc" + "bbccaa" + "ccaabb"  # each leads once
+    assert all(len(timing.seconds.values) == 3 for timing in timings.values())
+    assert rotation(["a", "b", "c"], 4) == ["b", "c", "a"]
+
+
+def test_spread_summary():
+    spread = Spread((4.0, 1.0, 3.0, 2.0, 5.0))
+    assert spread.summary() == {"median": 3.0, "min": 1.0, "q1": 2.0, "q3": 4.0, "max": 5.0}
+    assert Spread((7.0,)).quartiles == (7.0, 7.0)

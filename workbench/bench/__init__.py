@@ -1,0 +1,32 @@
+"""Benchmarks: the workbench measured side by side with the peers a user would otherwise pick.
+
+What flows in: ``dtrain bench [SUITE ...] [flags]``. What flows out: a Markdown report (or one
+JSON object with ``--json``) headed by the machine it ran on.
+
+Suites (registered by name in :data:`workbench.bench.command.SUITES`):
+
+- ``step``: one SGD training step of the reference MLP 784-512-512-10 (batch 256, float32, one
+  thread) by the workbench's one-device session, by a hand-written NumPy step and by eager
+  PyTorch. Target: workbench / NumPy step time <= 1.15.
+
+Method, shared by every suite (:mod:`workbench.bench.timing`):
+
+1. Agreement first. The contenders start from the same parameters and run one step on the same
+   batch; losses, parameters and updates must agree or the suite fails (exit 1): timing two
+   different computations proves nothing.
+2. Isolation. Each contender runs in a worker process of its own with the same fixed malloc
+   thresholds, so no contender inherits another's allocator or thread-pool state.
+3. Warm-up, then interleaved rounds. Each round runs a short burst of every contender in turn,
+   rotating who goes first, so machine noise (clock changes, neighbours) hits all alike.
+4. Median over rounds, with the range beside it. Ratios are taken round by round (both sides
+   ran seconds apart) and their median reported.
+
+Reading results: compare rows of one report only (same machine, same minutes); a ratio whose
+per-round range straddles the target is not a clear pass or fail, so run again with more
+``--rounds``. A page-fault count above zero means a contender is paying for memory the OS
+took back between steps. Timings from different machines are not comparable.
+"""
+
+from workbench.bench.command import SUITES, bench_command
+
+__all__ = ["SUITES", "bench_command"]

@@ -1,0 +1,250 @@
+"""``dtrain bench``: run benchmark suites side by side with their peers and report them.
+
+``dtrain bench step [flags]`` runs one suite, ``dtrain bench`` runs them all, ``dtrain bench
+--list`` names them. The report is Markdown (paste it into a README as it is); ``--json``
+prints one JSON object on stdout instead. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.bench.machine import describe_machine, machine_lines
+from workbench.bench.step_suite import AgreementError, StepSettings, run_step_suite
+from workbench.runtime import DeviceError
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A benchmark: ``run`` turns the parsed flags into a JSON-ready result, ``render`` turns
+    that result into Markdown."""
+
+    name: str
+    summary: str
+    run: Callable[[argparse.Namespace, Progress], dict[str, Any]]
+    render: Callable[[dict[str, Any]], str]
+
+
+def _run_step(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
+    settings = StepSettings(
+        batch_size=args.batch_size,
+        hidden=args.hidden,
+        threads=args.threads,
+        device_type=args.device_type,
+        rounds=args.rounds,
+        steps_per_round=args.steps_per_round,
+        warmup_steps=args.warmup,
+        learning_rate=args.lr,
+        seed=args.seed,
+        isolation=args.isolation,
+        allocator=args.allocator,
+    )
+    return run_step_suite(settings, progress)
+
+
+def render_step(result: dict[str, Any]) -> str:
+    """The suite's result as Markdown: a heading, the table, the ratios and the method."""
+    settings, ratios = result["settings"], result["ratios"]
+    threads = f"{settings['threads']} thread" + ("s" if settings["threads"] != 1 else "")
+    lines = [
+        f"### step: one SGD step of MLP {'-'.join(map(str, settings['layers']))}, batch "
+        f"{settings['batch_size']}, {settings['dtype']}, {threads}, "
+        f"{settings['device_type'].upper()}",
+        "",
+        "| contender | ms/step (median) | min - max | samples/s | GFLOP/s | page faults/step |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in result["contenders"].values():
+        if not row["available"]:
+            lines.append(f"| {row['label']} | {row['reason']} | | | | |")
+            continue
+        ms = row["ms_per_step"]
+        lines.append(
+            f"| {row['label']} | {ms['median']:.2f} | {ms['min']:.2f} - {ms['max']:.2f} | "
+            f"{row['samples_per_second']:,.0f} | {row['gflops']:.1f} | "
+            f"{row['page_faults_per_step']:,.0f} |"
+        )
+    over_numpy, over_torch = (
+        ratios["workbench_over_numpy_step_time"],
+        ratios["workbench_over_torch_throughput"],
+    )
+    verdict = {True: "met", False: "NOT met", None: "judged at the reference size only"}
+    lines += [
+        "",
+        f"- workbench / NumPy step time: **{over_numpy['median']:.2f}** (per round "
+        f"{over_numpy['min']:.2f} - {over_numpy['max']:.2f}; target <= "
+        f"{over_numpy['target_max']:.2f}: {verdict[over_numpy['met']]})",
+    ]
+    if over_torch is not None:
+        lines.append(
+            f"- workbench / PyTorch throughput: **{over_torch['median']:.2f}** (per round "
+            f"{over_torch['min']:.2f} - {over_torch['max']:.2f}; above 1 means faster)"
+        )
+    agreement = result["agreement"]
+    worst = max(agreement["max_relative_update_difference"].values(), default=0.0)
+    lines += [
+        f"- agreement after one step from the same parameters: losses and parameters within "
+        f"rtol {agreement['rtol']:g}, atol {agreement['atol']:g}; updates within "
+        f"{worst:.1e} of their norm",
+        f"- method: {settings['warmup_steps']} warm-up steps each, then {settings['rounds']} "
+        f"rounds x {settings['steps_per_round']} steps of each contender, interleaved (order "
+        "rotated every round); median and range over rounds",
+        "- isolation: "
+        + (
+            "each contender in a worker process of its own"
+            if settings["isolation"] == "process"
+            else "all contenders in one process (sharing its allocator and thread pools)"
+        )
+        + "; malloc: "
+        + (
+            "glibc thresholds fixed (mmap 32 MiB, trim 256 MiB) in every process"
+            if settings["allocator"] == "steady"
+            else "glibc defaults (thresholds move with each process's history)"
+        ),
+    ]
+    return "\n".join(lines)
+
+
+SUITES: dict[str, Suite] = {
+    "step": Suite(
+        "step",
+        "one SGD step of the MLP 784-512-512-10: workbench vs hand-written NumPy vs PyTorch",
+        _run_step,
+        render_step,
+    ),
+}
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    return 0 if text.strip() == "0" else _positive(text)
+
+
+def _hidden(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(_positive(part) for part in text.split(","))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers like 512,512, got {text!r}"
+        ) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dtrain bench",
+        description="Run benchmark suites side by side with their peers, on identical work.",
+        epilog="suites: " + "; ".join(f"{s.name}: {s.summary}" for s in SUITES.values()),
+    )
+    parser.add_argument("suites", nargs="*", metavar="SUITE", help="suites to run (all if none)")
+    parser.add_argument("--list", action="store_true", help="name the suites and exit")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument("--device-type", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--threads", type=_positive, default=1, help="BLAS/torch threads (1)")
+    parser.add_argument("--rounds", type=_positive, default=15, help="timed rounds (15)")
+    parser.add_argument(
+        "--steps-per-round", type=_positive, default=10, help="steps per contender per round"
+    )
+    parser.add_argument(
+        "--warmup", type=_non_negative, default=5, help="untimed steps per contender (5)"
+    )
+    parser.add_argument("--batch-size", type=_positive, default=256)
+    parser.add_argument("--hidden", type=_hidden, default=(512, 512), help="e.g. 512,512")
+    parser.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (0.01)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--isolation",
+        choices=("process", "none"),
+        default="process",
+        help="each contender in its own worker process (default), or all in this one",
+    )
+    parser.add_argument(
+        "--allocator",
+        choices=("steady", "default"),
+        default="steady",
+        help="fix glibc's malloc thresholds in every contender's process (default), or leave "
+        "glibc's history-dependent defaults (then watch the page-faults column)",
+    )
+    return parser
+
+
+def _stderr(prefix: str) -> Progress:
+    return lambda line: print(f"[bench {prefix}] {line}", file=sys.stderr, flush=True)
+
+
+def _render(machine: dict[str, Any], results: dict[str, dict[str, Any]]) -> str:
+    parts = ["## dtrain bench", "", *machine_lines(machine)]
+    for name, result in results.items():
+        parts += ["", SUITES[name].render(result)]
+    return "\n".join(parts)
+
+
+def bench_command(argv: list[str]) -> int:
+    """Entry point of ``dtrain bench ARGS``; returns the exit status.
+
+    0: done; 1: a suite's contenders disagree (its timings would be meaningless); 2: bad flags
+    or a missing device or package.
+
+    Examples
+    --------
+    >>> bench_command(["--list"])  # doctest: +ELLIPSIS
+    step  ...
+    0
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse exits on --help and on bad flags
+        return exit_.code if isinstance(exit_.code, int) else 2
+    if args.list:
+        for suite in SUITES.values():
+            print(f"{suite.name:<5} {suite.summary}")
+        return 0
+    unknown = [name for name in args.suites if name not in SUITES]
+    if unknown:
+        print(
+            f"dtrain bench: error: unknown suite {unknown[0]!r}; choose from "
+            f"{', '.join(SUITES)} (dtrain bench --list)",
+            file=sys.stderr,
+        )
+        return 2
+    results: dict[str, dict[str, Any]] = {}
+    for name in args.suites or list(SUITES):
+        try:
+            results[name] = SUITES[name].run(args, _stderr(name))
+        except DeviceError as error:
+            print(f"dtrain bench: error: {error}", file=sys.stderr)
+            return 2
+        except AgreementError as error:
+            print(f"dtrain bench {name}: FAILED: {error}", file=sys.stderr)
+            return 1
+    machine = describe_machine()
+    if args.json:
+        report = {"command": ["dtrain", "bench", *argv], "machine": machine, "suites": results}
+        print(json.dumps(report, indent=2))
+    else:
+        print(_render(machine, results))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return bench_command(list(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
