@@ -41,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
             hint = f"; did you mean {close[0]}?" if close else f"; see {self.prog} --help"
             raise FlagError(flag, f"unknown flag{hint}")
         if message.startswith("argument "):
-            field, _, detail = message[len("argument "):].partition(": ")
+            field, _, detail = message[len("argument ") :].partition(": ")
             raise FlagError(field.split("/")[0], detail)
         raise FlagError("flags", message)
 
@@ -97,6 +97,12 @@ def build_parser(prog: str = "dtrain run") -> argparse.ArgumentParser:
     add("--warmup-steps", type=int, default=0, help="linear learning-rate warm-up steps")
     add("--lr-scaling", default="none", help=_allowed(SCALING_RULES) + " (linear: x batch/256)")
     add("--lr-decay", default="cosine", help=_allowed(DECAY_RULES) + " (after warm-up)")
+    add(
+        "--stall-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a device may wait on a peer before the step fails",
+    )
     add("--json", action="store_true", help="print one JSON summary on stdout at the end")
     return parser
 

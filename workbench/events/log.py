@@ -38,9 +38,16 @@ class EventLog:
             callback(event)
 
     def phase(
-        self, device: str, phase: str, step: int, start: float, end: float, bytes: int = 0
+        self,
+        device: str,
+        phase: str,
+        step: int,
+        start: float,
+        end: float,
+        bytes: int = 0,
+        bytes_received: int = 0,
     ) -> None:
-        self.emit(PhaseEvent(device, phase, step, start, end, bytes))
+        self.emit(PhaseEvent(device, phase, step, start, end, bytes, bytes_received))
 
     def scalar(
         self, name: str, step: int, value: float, time: float, device: str | None = None

@@ -10,8 +10,9 @@ PHASES = ("compute", "send", "recv", "allreduce", "ps-push", "ps-pull", "update"
 
 @dataclass(frozen=True)
 class PhaseEvent:
-    """Device ``device`` spent [start, end) (seconds, ``time.perf_counter`` epoch of the run) in
-    ``phase`` during global step ``step``, moving ``bytes`` over the wire (0 for compute)."""
+    """Device ``device`` spent [start, end) (seconds since the run started, wall clock) in
+    ``phase`` during global step ``step``, sending ``bytes`` and receiving ``bytes_received``
+    over the wire (both 0 for compute)."""
 
     device: str
     phase: str
@@ -19,6 +20,7 @@ class PhaseEvent:
     start: float
     end: float
     bytes: int = 0
+    bytes_received: int = 0
 
     @property
     def duration(self) -> float:

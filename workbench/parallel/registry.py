@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 STRATEGIES: dict[str, str] = {
     "one-device": "workbench.parallel.one_device:OneDeviceStrategy",
+    "mirrored": "workbench.parallel.mirrored:MirroredStrategy",
 }
 STRATEGY_NAMES: tuple[str, ...] = tuple(STRATEGIES)
 
@@ -29,7 +30,22 @@ def _exactly_one_device(config) -> None:
         )
 
 
-_DEVICE_COUNT_RULES: dict[str, Callable] = {"one-device": _exactly_one_device}
+def _replicas_divide_the_batch(config) -> None:
+    from workbench.config import ConfigError
+
+    if config.batch_size % config.devices:
+        raise ConfigError(
+            "--batch-size",
+            f"the global batch {config.batch_size} must divide evenly over {config.devices} "
+            f"replicas (--devices); try {config.batch_size - config.batch_size % config.devices}"
+            f" or {config.batch_size + config.devices - config.batch_size % config.devices}",
+        )
+
+
+_DEVICE_COUNT_RULES: dict[str, Callable] = {
+    "one-device": _exactly_one_device,
+    "mirrored": _replicas_divide_the_batch,
+}
 
 
 def device_count_rule(name: str) -> Callable:

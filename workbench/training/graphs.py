@@ -58,7 +58,7 @@ def build_training_graph(
     grads = gradients(builder, loss, list(params.values()))
     outputs = {"loss": loss}
     if optimizer is None:
-        outputs.update({f"grad/{name}": grad for name, grad in zip(params, grads)})
+        outputs.update({gradient_name(name): grad for name, grad in zip(params, grads)})
     else:
         after = [loss.value.node, *(grad.value.node for grad in grads)]
         with builder.scope("update"):
@@ -78,4 +78,21 @@ def build_evaluation_graph(model: Sequential, batch_size: int, dtype: str) -> Gr
         "loss": ops.softmax_cross_entropy(logits, y),
     }
     graph, _ = run_passes(builder.build(outputs))
+    return graph
+
+
+def gradient_name(parameter: str) -> str:
+    return f"grad/{parameter}"
+
+
+def build_update_graph(model: Sequential, optimizer: Optimizer, dtype: str) -> Graph:
+    """The optimizer step alone: gradients fed as ``grad/<name>`` placeholders (for strategies
+    that reduce gradients between the backward pass and the update)."""
+    builder = GraphBuilder()
+    learning_rate = builder.placeholder(LEARNING_RATE, (), dtype)
+    params = _parameters(builder, model, dtype)
+    grads = [builder.placeholder(gradient_name(name), params[name].shape, dtype) for name in params]
+    with builder.scope("update"):
+        emit_updates(optimizer, params, grads, learning_rate, after=[])
+    graph, _ = run_passes(builder.build({}))
     return graph

@@ -33,11 +33,12 @@ class TrainingJob:
     initial_parameters: dict[str, np.ndarray] | None = None
     initial_optimizer_state: dict[str, np.ndarray] | None = None
     stop: threading.Event = field(default_factory=threading.Event)
-    clock_origin: float = field(default_factory=time.perf_counter)
+    # Wall-clock origin: events from worker processes (and hosts) share this time axis.
+    clock_origin: float = field(default_factory=time.time)
 
     def clock(self) -> float:
         """Seconds since the run started: the time axis of every event."""
-        return time.perf_counter() - self.clock_origin
+        return time.time() - self.clock_origin
 
 
 class TrainedModel(Protocol):

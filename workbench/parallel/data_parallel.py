@@ -1,0 +1,146 @@
+"""Synchronous data parallelism, client side: one replica per device, lock-step steps.
+
+Every replica computes gradients on its slice of the same global batch, the replicas all-reduce
+them (the algorithm is the subclass's choice), and each applies the identical averaged update,
+so the variables stay mirrored and equal the one-device result (DESIGN 3.2). A step is as slow
+as the slowest replica: that is the price of synchronous updates.
+"""
+
+from __future__ import annotations
+
+from workbench.events import EventLog
+from workbench.parallel.collectives import DEFAULT_BUCKET_BYTES
+from workbench.parallel.dispatch import submit_each, wait_all
+from workbench.parallel.replica import (
+    ReplicaSpec,
+    drop_replica,
+    replica_snapshot,
+    run_replica_steps,
+    setup_replica,
+)
+from workbench.runtime.cluster import start_cluster
+from workbench.training.job import Progress, TrainingJob, epoch_progress
+from workbench.training.session import TrainingSession
+
+STEPS_PER_TASK = 20  # steps per dispatched task: amortises Dask's per-task cost (DESIGN 2.1)
+
+
+class DataParallelStrategy:
+    name = "data-parallel"
+
+    def __init__(self, config) -> None:
+        self.config = config
+
+    def algorithm(self) -> str:
+        return self.config.allreduce
+
+    def groups(self) -> int:
+        return 2
+
+    def device_names(self, device_type: str) -> list[str]:
+        from workbench.runtime import device_name
+
+        return [device_name(device_type, task=rank) for rank in range(self.config.devices)]
+
+    def train(self, job: TrainingJob, log: EventLog, progress: Progress) -> TrainingSession:
+        config = self.config
+        with start_cluster(config.devices, job.device_type, config.cluster) as session:
+            if session.dashboard_link:
+                progress(f"[{self.name}] Dask dashboard: {session.dashboard_link}")
+            specs = [
+                (
+                    ReplicaSpec(
+                        run_id=session.run_id,
+                        config=config.to_dict(),
+                        rank=rank,
+                        addresses=tuple(session.addresses),
+                        device_names=tuple(session.device_names),
+                        clock_origin=job.clock_origin,
+                        stall_timeout=config.stall_timeout,
+                        algorithm=self.algorithm(),
+                        groups=self.groups(),
+                        bucket_bytes=DEFAULT_BUCKET_BYTES,
+                        total_steps=job.total_steps,
+                        initial_parameters=job.initial_parameters,
+                        initial_optimizer_state=job.initial_optimizer_state,
+                    ),
+                )
+                for rank in range(len(session.addresses))
+            ]
+            setup = submit_each(session, self.name, "setup", None, setup_replica, specs)
+            wait_all(session, setup, "setup", None, deadline=config.stall_timeout + 120)
+            try:
+                self._run_steps(session, job, log, progress)
+                snapshot = wait_all(
+                    session,
+                    [
+                        session.client.submit(
+                            replica_snapshot,
+                            session.run_id,
+                            workers=[session.addresses[0]],
+                            pure=False,
+                        )
+                    ],
+                    "gathering variables",
+                    job.total_steps,
+                    deadline=config.stall_timeout,
+                )[0]
+            finally:
+                cleanup = submit_each(
+                    session,
+                    self.name,
+                    "cleanup",
+                    None,
+                    drop_replica,
+                    [(session.run_id,)] * len(session.addresses),
+                )
+                try:
+                    wait_all(session, cleanup, "cleanup", None, deadline=10)
+                except Exception:
+                    pass  # the cluster is closed next anyway
+        host = TrainingSession(
+            job.model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed
+        )
+        host.load_state(snapshot["parameters"], snapshot["optimizer_state"])
+        return host
+
+    def _run_steps(self, session, job: TrainingJob, log: EventLog, progress: Progress) -> None:
+        step = job.first_step
+        per_epoch = job.sampler.steps_per_epoch
+        chunk_seconds = 60.0
+        while step < job.total_steps:
+            if job.stop.is_set():
+                progress(f"[{self.name}] stopped at step {step}")
+                return
+            # Tasks end at epoch boundaries so progress lines and checkpoints align with epochs.
+            count = min(STEPS_PER_TASK, job.total_steps - step, per_epoch - step % per_epoch)
+            started = job.clock()
+            futures = submit_each(
+                session,
+                self.name,
+                "step",
+                step,
+                run_replica_steps,
+                [(session.run_id, step, count)] * len(session.addresses),
+            )
+            results = wait_all(
+                session,
+                futures,
+                "a step",
+                step,
+                deadline=self.config.stall_timeout + 10 * chunk_seconds,
+            )
+            chunk_seconds = max(job.clock() - started, 0.1)
+            for result in results:
+                for event in result["events"]:
+                    log.phase(*event)
+            for index in range(count):
+                current, _ = results[0]["losses"][index]
+                # Equal shards: the mean of replica losses is the global-batch loss.
+                loss = sum(r["losses"][index][1] for r in results) / len(results)
+                log.scalar("loss", current, loss, job.clock())
+                log.scalar("lr", current, job.schedule(current), job.clock())
+                line = epoch_progress(job, current, loss, self.name)
+                if line:
+                    progress(line)
+            step += count

@@ -1,0 +1,93 @@
+"""Dispatching per-device work as Dask tasks, and noticing when a device fails.
+
+Keys read ``dtrain-<strategy>-<phase>-<step>-<device>`` so the dashboard's task stream tells
+the story; tasks are pinned to their worker (a device's variables live there) and marked
+impure (a step must run, not be served from cache). A failed or silent device becomes an error
+that names the device and the step; the client never waits forever.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from workbench.runtime.cluster import ClusterSession
+
+
+class DeviceFailure(RuntimeError):
+    """A device failed or stopped answering; the message names it and the step."""
+
+
+def device_tag(device_name: str) -> str:
+    """``/job:worker/task:1/device:CPU:0`` -> ``task1-cpu0`` (a Dask-key-friendly name)."""
+    parts = dict(part.split(":", 1) for part in device_name.strip("/").split("/") if ":" in part)
+    kind, _, index = parts.get("device", "CPU:0").partition(":")
+    return f"task{parts.get('task', '0')}-{kind.lower()}{index}"
+
+
+def submit_each(
+    session: ClusterSession,
+    strategy: str,
+    phase: str,
+    step: int | None,
+    function: Callable,
+    arguments: Sequence[tuple],
+) -> list:
+    """One task per device (rank order); ``arguments[rank]`` are its positional arguments."""
+    futures = []
+    for rank, (address, args) in enumerate(zip(session.addresses, arguments)):
+        where = f"{step}-" if step is not None else ""
+        key = f"dtrain-{strategy}-{phase}-{where}{device_tag(session.device_names[rank])}"
+        futures.append(
+            session.client.submit(
+                function,
+                *args,
+                key=f"{key}-{session.run_id}",
+                workers=[address],
+                allow_other_workers=False,
+                pure=False,
+                retries=0,
+            )
+        )
+    return futures
+
+
+def wait_all(
+    session: ClusterSession, futures: Sequence, what: str, step: int | None, deadline: float
+) -> list[Any]:
+    """Results of ``futures`` (rank order), or :class:`DeviceFailure` naming the device."""
+    started = time.monotonic()
+    pending = list(futures)
+    while pending:
+        # Future states are kept current by the client's event loop; polling them costs
+        # microseconds and, unlike distributed.wait, needs no default client.
+        time.sleep(0.002)
+        for future in list(pending):
+            if future.status == "finished":
+                pending.remove(future)
+            elif future.status in ("error", "cancelled", "lost"):
+                rank = list(futures).index(future)
+                _cancel(session, futures)
+                try:
+                    detail = repr(future.exception(timeout=5))
+                except Exception as error:  # the worker itself is gone
+                    detail = f"{future.status} ({error!r})"
+                raise DeviceFailure(
+                    f"{session.device_names[rank]} failed during {what} at step {step}: {detail}"
+                )
+        if pending and time.monotonic() - started > deadline:
+            _cancel(session, futures)
+            silent = ", ".join(session.device_names[list(futures).index(f)] for f in pending)
+            raise DeviceFailure(
+                f"{silent} did not finish {what} at step {step} within {deadline:.0f}s "
+                "(stalled or died)"
+            )
+    return session.client.gather(list(futures))
+
+
+def _cancel(session: ClusterSession, futures: Sequence) -> None:
+    try:
+        session.client.cancel(list(futures))
+    except Exception:
+        pass

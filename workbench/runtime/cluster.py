@@ -1,0 +1,125 @@
+"""Cluster lifecycle: start (or connect to) a Dask cluster with one device per worker, and
+always close what the workbench started.
+
+Local clusters use processes with one thread each (a device runs one kernel stream at a time),
+listen on 127.0.0.1 only, and name workers ``task-N`` so device names, worker names and the
+dashboard agree. With GPUs, ``dask_cuda.LocalCUDACluster`` pins one GPU per worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from workbench.runtime.devices import DeviceError, device_name
+from workbench.runtime.worker_service import DeviceService
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+@dataclass
+class ClusterSession:
+    """A connected client plus the workers used as devices, in rank order."""
+
+    client: object
+    addresses: list[str]
+    device_names: list[str]
+    device_type: str
+    dashboard_link: str | None
+    owned: list = field(default_factory=list)  # clusters this session started and must close
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    def close(self) -> None:
+        errors = []
+        for closable in [self.client, *self.owned]:
+            try:
+                closable.close()
+            except Exception as error:  # keep closing the rest
+                errors.append(error)
+        self.owned.clear()
+        if errors:
+            raise ClusterError(f"closing the cluster failed: {errors[0]}")
+
+
+def _local_cluster(devices: int, device_type: str):
+    from distributed import LocalCluster
+
+    if device_type == "gpu":
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError as error:
+            raise DeviceError(f"--device-type gpu needs dask-cuda: {error}") from None
+        return LocalCUDACluster(
+            n_workers=devices,
+            threads_per_worker=1,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        )
+    return LocalCluster(
+        n_workers=devices,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        memory_limit=0,
+    )
+
+
+def _rank_key(name) -> tuple:
+    text = str(name)
+    return (0, int(text), "") if text.isdigit() else (1, 0, text)
+
+
+@contextlib.contextmanager
+def start_cluster(
+    devices: int,
+    device_type: str = "cpu",
+    address: str | None = None,
+    connect_timeout: float = 10.0,
+) -> Iterator[ClusterSession]:
+    """Yield a :class:`ClusterSession` with ``devices`` workers; close what was started."""
+    from distributed import Client
+
+    owned = []
+    client = None
+    try:
+        if address is None:
+            cluster = _local_cluster(devices, device_type)
+            owned.append(cluster)
+            client = Client(cluster, set_as_default=False)
+        else:
+            try:
+                client = Client(address, timeout=connect_timeout, set_as_default=False)
+            except (OSError, TimeoutError) as error:
+                raise ClusterError(
+                    f"--cluster: cannot reach a scheduler at {address}: {error}"
+                ) from None
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        if len(workers) < devices:
+            raise ClusterError(
+                f"--devices: {devices} devices requested but the cluster has {len(workers)} workers"
+            )
+        # Rank order = worker name order, so ranks are stable across runs.
+        ordered = sorted(workers, key=lambda addr: _rank_key(workers[addr].get("name", addr)))
+        ordered = ordered[:devices]
+        client.register_plugin(DeviceService())
+        session = ClusterSession(
+            client=client,
+            addresses=ordered,
+            device_names=[device_name(device_type, task=rank) for rank in range(devices)],
+            device_type=device_type,
+            dashboard_link=getattr(client, "dashboard_link", None),
+            owned=owned,
+        )
+        yield session
+    finally:
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+        for cluster in owned:
+            with contextlib.suppress(Exception):
+                cluster.close()

@@ -1,0 +1,57 @@
+"""The receiving half of Send/Recv: a rendezvous table of tensors keyed by rendezvous key.
+
+A sender's message is stored under its key by the worker's comm handler (on the event loop); a
+Recv in the task thread waits for that key. As in TF's rendezvous, whichever side arrives first
+waits for the other; a Recv that waits past the stall timeout raises instead of hanging.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+
+class Mailbox:
+    """Thread-safe key -> tensor table with blocking, timed ``take``.
+
+    Examples
+    --------
+    >>> box = Mailbox()
+    >>> box.put("run/step0/grad", 42)
+    >>> box.take("run/step0/grad", timeout=1.0)
+    42
+    """
+
+    def __init__(self) -> None:
+        self._items: dict[str, Any] = {}
+        self._arrived = threading.Condition()
+
+    def put(self, key: str, value: Any) -> None:
+        with self._arrived:
+            if key in self._items:
+                # At-least-once delivery may repeat a message; the first copy wins.
+                return
+            self._items[key] = value
+            self._arrived.notify_all()
+
+    def take(self, key: str, timeout: float) -> Any:
+        """Remove and return the tensor under ``key``; raise TimeoutError after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._arrived:
+            while key not in self._items:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(key)
+                self._arrived.wait(left)
+            return self._items.pop(key)
+
+    def discard(self, prefix: str) -> None:
+        """Forget every pending tensor whose key starts with ``prefix`` (a finished run)."""
+        with self._arrived:
+            for key in [k for k in self._items if k.startswith(prefix)]:
+                del self._items[key]
+
+    def __len__(self) -> int:
+        with self._arrived:
+            return len(self._items)
