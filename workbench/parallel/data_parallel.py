@@ -8,6 +8,8 @@ as the slowest replica: that is the price of synchronous updates.
 
 from __future__ import annotations
 
+import contextlib
+
 from workbench.events import EventLog
 from workbench.parallel.collectives import DEFAULT_BUCKET_BYTES
 from workbench.parallel.dispatch import submit_each, wait_all
@@ -94,10 +96,8 @@ class DataParallelStrategy:
                     drop_replica,
                     [(session.run_id,)] * len(session.addresses),
                 )
-                try:
+                with contextlib.suppress(Exception):  # the cluster is closed next anyway
                     wait_all(session, cleanup, "cleanup", None, deadline=10)
-                except Exception:
-                    pass  # the cluster is closed next anyway
         host = TrainingSession(
             job.model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed
         )

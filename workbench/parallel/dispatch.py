@@ -8,6 +8,7 @@ that names the device and the step; the client never waits forever.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -87,7 +88,5 @@ def wait_all(
 
 
 def _cancel(session: ClusterSession, futures: Sequence) -> None:
-    try:
+    with contextlib.suppress(Exception):
         session.client.cancel(list(futures))
-    except Exception:
-        pass
