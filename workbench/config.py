@@ -66,6 +66,7 @@ class RunConfig:
     lr_scaling: str = "none"
     lr_decay: str = "cosine"
     stall_timeout: float = 60.0
+    hosts: int = 2
     json: bool = False
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -148,6 +149,7 @@ def validate_config(config: RunConfig) -> RunConfig:
     _at_least("--warmup-steps", config.warmup_steps, 0)
     _choice("--lr-scaling", config.lr_scaling, SCALING_RULES, "scaling rule")
     _choice("--lr-decay", config.lr_decay, DECAY_RULES, "decay rule")
+    _at_least("--hosts", config.hosts, 1)
     _at_least("--stall-timeout", config.stall_timeout, 0.1, kind=int | float)
     _check_checkpoint_paths(config)
     return config

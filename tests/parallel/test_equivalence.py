@@ -29,6 +29,8 @@ CONFIGURATIONS = [
     {"strategy": "mirrored", "allreduce": "ring"},
     {"strategy": "mirrored", "allreduce": "hierarchical-copy"},
     {"strategy": "mirrored", "allreduce": "reduce-to-one"},
+    {"strategy": "central-storage"},
+    {"strategy": "multi-worker-mirrored"},
 ]
 
 

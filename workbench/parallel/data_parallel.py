@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 
 from workbench.events import EventLog
-from workbench.parallel.collectives import DEFAULT_BUCKET_BYTES
+from workbench.parallel.collectives import DEFAULT_BUCKET_BYTES, even_groups
 from workbench.parallel.dispatch import submit_each, wait_all
 from workbench.parallel.replica import (
     ReplicaSpec,
@@ -29,6 +29,7 @@ STEPS_PER_TASK = 20  # steps per dispatched task: amortises Dask's per-task cost
 
 class DataParallelStrategy:
     name = "data-parallel"
+    central_storage = False
 
     def __init__(self, config) -> None:
         self.config = config
@@ -36,8 +37,18 @@ class DataParallelStrategy:
     def algorithm(self) -> str:
         return self.config.allreduce
 
-    def groups(self) -> int:
+    def group_count(self) -> int:
+        """Groups for hierarchical all-reduce when the devices share one host."""
         return 2
+
+    def groups(self, addresses: list[str]) -> tuple[tuple[int, ...], ...]:
+        """Ranks grouped by host; on a single host, ``group_count`` even groups."""
+        hosts: dict[str, list[int]] = {}
+        for rank, address in enumerate(addresses):
+            hosts.setdefault(address.rsplit(":", 1)[0], []).append(rank)
+        if len(hosts) > 1:
+            return tuple(tuple(ranks) for ranks in hosts.values())
+        return tuple(tuple(g) for g in even_groups(len(addresses), self.group_count()))
 
     def device_names(self, device_type: str) -> list[str]:
         from workbench.runtime import device_name
@@ -60,7 +71,8 @@ class DataParallelStrategy:
                         clock_origin=job.clock_origin,
                         stall_timeout=config.stall_timeout,
                         algorithm=self.algorithm(),
-                        groups=self.groups(),
+                        groups=self.groups(session.addresses),
+                        central_storage=self.central_storage,
                         bucket_bytes=DEFAULT_BUCKET_BYTES,
                         total_steps=job.total_steps,
                         initial_parameters=job.initial_parameters,

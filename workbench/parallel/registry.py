@@ -12,6 +12,8 @@ from collections.abc import Callable
 STRATEGIES: dict[str, str] = {
     "one-device": "workbench.parallel.one_device:OneDeviceStrategy",
     "mirrored": "workbench.parallel.mirrored:MirroredStrategy",
+    "central-storage": "workbench.parallel.central_storage:CentralStorageStrategy",
+    "multi-worker-mirrored": "workbench.parallel.multi_worker_mirrored:MultiWorkerMirroredStrategy",
 }
 STRATEGY_NAMES: tuple[str, ...] = tuple(STRATEGIES)
 
@@ -42,9 +44,21 @@ def _replicas_divide_the_batch(config) -> None:
         )
 
 
+def _hosts_fit(config) -> None:
+    from workbench.config import ConfigError
+
+    _replicas_divide_the_batch(config)
+    if config.hosts > config.devices:
+        raise ConfigError(
+            "--hosts", f"{config.hosts} hosts need at least as many devices, got {config.devices}"
+        )
+
+
 _DEVICE_COUNT_RULES: dict[str, Callable] = {
     "one-device": _exactly_one_device,
     "mirrored": _replicas_divide_the_batch,
+    "central-storage": _replicas_divide_the_batch,
+    "multi-worker-mirrored": _hosts_fit,
 }
 
 

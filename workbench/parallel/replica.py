@@ -19,7 +19,7 @@ from workbench.data import GlobalBatchSampler, load_dataset, shard_rows
 from workbench.ir import Executable
 from workbench.models import build_model
 from workbench.optim import LearningRateSchedule, init_slots, make_optimizer
-from workbench.parallel.collectives import allreduce, plan_buckets
+from workbench.parallel.collectives import allreduce, broadcast, plan_buckets, reduce
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
 from workbench.training.graphs import (
@@ -46,9 +46,10 @@ class ReplicaSpec:
     clock_origin: float
     stall_timeout: float
     algorithm: str
-    groups: int
+    groups: tuple[tuple[int, ...], ...]
     bucket_bytes: int
     total_steps: int
+    central_storage: bool = False  # variables kept and updated on rank 0 only
     initial_parameters: dict | None = None
     initial_optimizer_state: dict | None = None
 
@@ -113,39 +114,85 @@ class Replica:
             start = self.clock()
             out = self.gradients.run(feeds, self.state)
             computed = self.clock()
-            sent, received = self.transport.bytes_sent, self.transport.bytes_received
-            averaged = {}
-            for index, bucket in enumerate(self.buckets):
-                local = {name: out[gradient_name(name)] for name in bucket.names}
-                total = allreduce(
-                    self.transport,
-                    bucket.pack(local),
-                    f"s{step}/b{index}",
-                    self.spec.algorithm,
-                    self.spec.groups,
-                )
-                total *= self.scale  # the sum of per-replica means -> the global-batch mean
-                averaged.update(bucket.unpack(total))
-            reduced = self.clock()
-            update_feeds = {gradient_name(name): averaged[name] for name in self.names}
-            update_feeds[LEARNING_RATE] = np.asarray(self.scale.dtype.type(self.schedule(step)))
-            self.update.run(update_feeds, self.state)
-            updated = self.clock()
-            events += [
-                (self.device, "compute", step, start, computed, 0, 0),
-                (
-                    self.device,
-                    "allreduce",
-                    step,
-                    computed,
-                    reduced,
+            if self.spec.central_storage:
+                events += self._central_update(step, out, start, computed)
+            else:
+                sent, received = self.transport.bytes_sent, self.transport.bytes_received
+                averaged = self._allreduce(step, out)
+                reduced = self.clock()
+                self._apply(step, averaged)
+                updated = self.clock()
+                traffic = (
                     self.transport.bytes_sent - sent,
                     self.transport.bytes_received - received,
-                ),
-                (self.device, "update", step, reduced, updated, 0, 0),
-            ]
+                )
+                events += [
+                    (self.device, "compute", step, start, computed, 0, 0),
+                    (self.device, "allreduce", step, computed, reduced, *traffic),
+                    (self.device, "update", step, reduced, updated, 0, 0),
+                ]
             losses.append((step, float(out["loss"])))
         return {"events": events, "losses": losses}
+
+    def _allreduce(self, step: int, out: dict) -> dict:
+        averaged = {}
+        for index, bucket in enumerate(self.buckets):
+            local = {name: out[gradient_name(name)] for name in bucket.names}
+            total = allreduce(
+                self.transport,
+                bucket.pack(local),
+                f"s{step}/b{index}",
+                self.spec.algorithm,
+                self.spec.groups,
+            )
+            total *= self.scale  # the sum of per-replica means -> the global-batch mean
+            averaged.update(bucket.unpack(total))
+        return averaged
+
+    def _apply(self, step: int, averaged: dict) -> None:
+        feeds = {gradient_name(name): averaged[name] for name in self.names}
+        feeds[LEARNING_RATE] = np.asarray(self.scale.dtype.type(self.schedule(step)))
+        self.update.run(feeds, self.state)
+
+    def _central_update(self, step: int, out: dict, start: float, computed: float) -> list:
+        """CentralStorage: gradients go to the storage device (rank 0), which updates the only
+        real copy of the variables and sends the new values back to every replica."""
+        transport, central = self.transport, self.spec.rank == 0
+        sent, received = transport.bytes_sent, transport.bytes_received
+        averaged = {}
+        for index, bucket in enumerate(self.buckets):
+            local = {name: out[gradient_name(name)] for name in bucket.names}
+            total = reduce(transport, bucket.pack(local), f"s{step}/g{index}")
+            if central:
+                total *= self.scale
+                averaged.update(bucket.unpack(total))
+        pushed = self.clock()
+        pushed_bytes = (transport.bytes_sent - sent, transport.bytes_received - received)
+        if central:
+            self._apply(step, averaged)
+        updated = self.clock()
+        sent, received = transport.bytes_sent, transport.bytes_received
+        for index, bucket in enumerate(self.buckets):
+            values = bucket.pack(self.state) if central else np.empty(bucket.size, self.scale.dtype)
+            fresh = broadcast(transport, values, f"s{step}/v{index}")
+            if not central:
+                for name, value in bucket.unpack(fresh).items():
+                    self.state[name][...] = value
+        pulled = self.clock()
+        return [
+            (self.device, "compute", step, start, computed, 0, 0),
+            (self.device, "ps-push", step, computed, pushed, *pushed_bytes),
+            (self.device, "update" if central else "idle", step, pushed, updated, 0, 0),
+            (
+                self.device,
+                "ps-pull",
+                step,
+                updated,
+                pulled,
+                transport.bytes_sent - sent,
+                transport.bytes_received - received,
+            ),
+        ]
 
     def snapshot(self) -> dict[str, dict[str, np.ndarray]]:
         names = set(self.names)

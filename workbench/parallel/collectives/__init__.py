@@ -7,7 +7,7 @@ broadcast) and ``reduce-to-one`` (root sums, broadcasts). Arrays with fewer elem
 ranks take the reduce-to-one path: a ring cannot give every rank a chunk.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from workbench.parallel.collectives.buckets import DEFAULT_BUCKET_BYTES, Bucket, plan_buckets
@@ -22,15 +22,24 @@ from workbench.parallel.collectives.transport import StallError, ThreadTransport
 
 
 def allreduce(
-    transport: Transport, array: Any, key: str, algorithm: str = "ring", groups: int = 2
+    transport: Transport,
+    array: Any,
+    key: str,
+    algorithm: str = "ring",
+    groups: int | Sequence[Sequence[int]] = 2,
 ) -> Any:
-    """Sum ``array`` over every rank with the named algorithm (``--allreduce`` values)."""
+    """Sum ``array`` over every rank with the named algorithm (``--allreduce`` values).
+
+    ``groups`` (hierarchical only) is a partition of the ranks, or a number of even groups.
+    """
     if array.size < transport.size or algorithm == "reduce-to-one":
         return reduce_to_one(transport, array, key)
     if algorithm == "ring":
         return ring_allreduce(transport, array, key)
     if algorithm == "hierarchical-copy":
-        return hierarchical_allreduce(transport, array, key, even_groups(transport.size, groups))
+        if isinstance(groups, int):
+            groups = even_groups(transport.size, groups)
+        return hierarchical_allreduce(transport, array, key, groups)
     raise ValueError(f"unknown all-reduce algorithm {algorithm!r}")
 
 
