@@ -13,6 +13,7 @@ import contextlib
 from workbench.events import EventLog
 from workbench.parallel.collectives import DEFAULT_BUCKET_BYTES, even_groups
 from workbench.parallel.dispatch import submit_each, wait_all
+from workbench.parallel.gradient_worker import WorkerSpec
 from workbench.parallel.replica import (
     ReplicaSpec,
     drop_replica,
@@ -25,6 +26,24 @@ from workbench.training.job import Progress, TrainingJob, epoch_progress
 from workbench.training.session import TrainingSession
 
 STEPS_PER_TASK = 20  # steps per dispatched task: amortises Dask's per-task cost (DESIGN 2.1)
+
+
+def worker_spec(
+    session, job: TrainingJob, rank: int, replicas: int, reads_own_data: bool = True
+) -> WorkerSpec:
+    return WorkerSpec(
+        run_id=session.run_id,
+        config=job.config.to_dict(),
+        rank=rank,
+        replicas=replicas,
+        addresses=tuple(session.addresses),
+        device_names=tuple(session.device_names),
+        clock_origin=job.clock_origin,
+        total_steps=job.total_steps,
+        reads_own_data=reads_own_data,
+        initial_parameters=job.initial_parameters,
+        initial_optimizer_state=job.initial_optimizer_state,
+    )
 
 
 class DataParallelStrategy:
@@ -63,20 +82,12 @@ class DataParallelStrategy:
             specs = [
                 (
                     ReplicaSpec(
-                        run_id=session.run_id,
-                        config=config.to_dict(),
-                        rank=rank,
-                        addresses=tuple(session.addresses),
-                        device_names=tuple(session.device_names),
-                        clock_origin=job.clock_origin,
+                        worker=worker_spec(session, job, rank, len(session.addresses)),
                         stall_timeout=config.stall_timeout,
                         algorithm=self.algorithm(),
                         groups=self.groups(session.addresses),
                         central_storage=self.central_storage,
                         bucket_bytes=DEFAULT_BUCKET_BYTES,
-                        total_steps=job.total_steps,
-                        initial_parameters=job.initial_parameters,
-                        initial_optimizer_state=job.initial_optimizer_state,
                     ),
                 )
                 for rank in range(len(session.addresses))

@@ -24,7 +24,9 @@ def device_tag(device_name: str) -> str:
     """``/job:worker/task:1/device:CPU:0`` -> ``task1-cpu0`` (a Dask-key-friendly name)."""
     parts = dict(part.split(":", 1) for part in device_name.strip("/").split("/") if ":" in part)
     kind, _, index = parts.get("device", "CPU:0").partition(":")
-    return f"task{parts.get('task', '0')}-{kind.lower()}{index}"
+    job = parts.get("job", "worker")
+    prefix = "" if job == "worker" else f"{job}-"
+    return f"{prefix}task{parts.get('task', '0')}-{kind.lower()}{index}"
 
 
 def submit_each(

@@ -80,8 +80,14 @@ def start_cluster(
     device_type: str = "cpu",
     address: str | None = None,
     connect_timeout: float = 10.0,
+    jobs: tuple[tuple[str, int], ...] | None = None,
 ) -> Iterator[ClusterSession]:
-    """Yield a :class:`ClusterSession` with ``devices`` workers; close what was started."""
+    """Yield a :class:`ClusterSession` with ``devices`` workers; close what was started.
+
+    ``jobs`` names the devices by TF job, e.g. ``(("worker", 2), ("ps", 1))`` gives
+    ``/job:worker/task:0``, ``/job:worker/task:1``, ``/job:ps/task:0`` (default: all workers).
+    """
+    jobs = jobs or (("worker", devices),)
     from distributed import Client
 
     owned = []
@@ -110,7 +116,11 @@ def start_cluster(
         session = ClusterSession(
             client=client,
             addresses=ordered,
-            device_names=[device_name(device_type, task=rank) for rank in range(devices)],
+            device_names=[
+                device_name(device_type, task=task, job=job)
+                for job, count in jobs
+                for task in range(count)
+            ],
             device_type=device_type,
             dashboard_link=getattr(client, "dashboard_link", None),
             owned=owned,

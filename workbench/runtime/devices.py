@@ -67,7 +67,7 @@ def to_host(array):
     return numpy.array(array, copy=True)
 
 
-def device_name(device_type: str, task: int = 0, index: int = 0) -> str:
+def device_name(device_type: str, task: int = 0, index: int = 0, job: str = "worker") -> str:
     """TF-style device names: ``/job:worker/task:0/device:CPU:0``."""
     kind = "GPU" if device_type == "gpu" else "CPU"
-    return f"/job:worker/task:{task}/device:{kind}:{index}"
+    return f"/job:{job}/task:{task}/device:{kind}:{index}"

@@ -17,6 +17,7 @@ from workbench.runtime.mailbox import Mailbox
 
 SERVICE_NAME = "dtrain-device-service"
 SEND_HANDLER = "dtrain_send"
+CALL_HANDLER = "dtrain_call"
 
 
 class DeviceService(WorkerPlugin):
@@ -24,6 +25,7 @@ class DeviceService(WorkerPlugin):
     idempotent = True  # registering again (a second run on one cluster) keeps the first
 
     def setup(self, worker) -> None:
+        worker.handlers[CALL_HANDLER] = self._call
         # Created here, on the worker: the plugin object itself is pickled to get there.
         self.mailbox = Mailbox()
         self.runs: dict[str, Any] = {}
@@ -32,11 +34,20 @@ class DeviceService(WorkerPlugin):
 
     def teardown(self, worker) -> None:
         worker.handlers.pop(SEND_HANDLER, None)
+        worker.handlers.pop(CALL_HANDLER, None)
+
         self.runs.clear()
 
     def _receive(self, key: str, payload: Any) -> str:
         self.mailbox.put(key, payload)
         return "ok"
+
+    async def _call(self, run_id: str, method: str, arguments: dict) -> Any:
+        """RPC into a run's resident object (a parameter shard answering pulls and pushes)."""
+        target = self.runs.get(run_id)
+        if target is None:
+            raise RuntimeError(f"run {run_id} has no state on {self.worker.address}")
+        return await getattr(target, f"handle_{method}")(**arguments)
 
 
 def device_service():

@@ -1,0 +1,109 @@
+"""What every data-parallel device does first: compute gradients on its slice of the batch.
+
+A ``GradientWorker`` owns the model's gradient graph for the per-replica batch, the variables
+(resident, updated in place) and the data it reads: its own shard of each global batch (the
+between-graph way), or batches the client hands it (the in-graph way). Strategies add what
+happens to the gradients next: an all-reduce, a central update, parameter-server pushes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench.config import RunConfig
+from workbench.data import GlobalBatchSampler, load_dataset, shard_rows
+from workbench.ir import Executable
+from workbench.models import build_model
+from workbench.optim import LearningRateSchedule, init_slots, make_optimizer
+from workbench.training.graphs import (
+    DROPOUT_SEED,
+    INPUTS,
+    LABELS,
+    build_training_graph,
+    gradient_name,
+)
+from workbench.training.session import dropout_seed
+
+
+def config_from_dict(data: dict) -> RunConfig:
+    return RunConfig(**{**data, "hidden": tuple(data["hidden"])})
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a device needs to build its part of a run (pickled to its worker once)."""
+
+    run_id: str
+    config: dict
+    rank: int
+    replicas: int
+    addresses: tuple[str, ...]
+    device_names: tuple[str, ...]
+    clock_origin: float
+    total_steps: int
+    reads_own_data: bool = True  # between-graph; False: the client feeds batches (in-graph)
+    initial_parameters: dict | None = None
+    initial_optimizer_state: dict | None = None
+
+
+class GradientWorker:
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        config = self.config = config_from_dict(spec.config)
+        dataset = load_dataset(config.dataset, seed=config.seed)
+        self.model = build_model(
+            config.model, dataset.input_shape, dataset.num_classes, config.hidden
+        )
+        self.optimizer = make_optimizer(config.optimizer)
+        self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
+        self.schedule = LearningRateSchedule(
+            config.lr or self.optimizer.default_learning_rate,
+            config.batch_size,
+            config.warmup_steps,
+            config.lr_scaling,
+            config.lr_decay,
+            spec.total_steps,
+        )
+        self.rows = shard_rows(config.batch_size, spec.rank, spec.replicas)
+        training = build_training_graph(
+            self.model, None, config.batch_size // spec.replicas, config.dtype
+        )
+        self.names = training.parameter_names
+        self.gradients = Executable(training.graph)
+        params = spec.initial_parameters or self.model.init_parameters(config.seed, config.dtype)
+        slots = spec.initial_optimizer_state or init_slots(self.optimizer, params)
+        self.state = {n: np.array(v, copy=True) for n, v in {**params, **slots}.items()}
+        self.dtype = np.dtype(config.dtype).type
+        self.device = spec.device_names[spec.rank]
+        if spec.reads_own_data:
+            input_dtype = "int64" if self.model.takes_integer_input else config.dtype
+            self.inputs, self.labels = dataset.x_train.astype(input_dtype), dataset.y_train
+
+    def clock(self) -> float:
+        return time.time() - self.spec.clock_origin
+
+    def batch(self, step: int, fed: tuple | None = None) -> tuple:
+        if fed is not None:
+            return fed
+        rows = self.sampler.batch_indices(step)[self.rows]
+        return self.inputs[rows], self.labels[rows]
+
+    def compute(self, step: int, fed: tuple | None = None) -> tuple[dict[str, Any], float]:
+        """Gradients (by parameter name) and the loss of this device's slice of step ``step``."""
+        inputs, labels = self.batch(step, fed)
+        feeds = {INPUTS: inputs, LABELS: labels}
+        if self.model.uses_dropout:
+            feeds[DROPOUT_SEED] = dropout_seed(self.config.seed, step)
+        out = self.gradients.run(feeds, self.state)
+        return {name: out[gradient_name(name)] for name in self.names}, float(out["loss"])
+
+    def snapshot(self) -> dict[str, dict[str, np.ndarray]]:
+        names = set(self.names)
+        return {
+            "parameters": {n: self.state[n].copy() for n in self.names},
+            "optimizer_state": {n: v.copy() for n, v in self.state.items() if n not in names},
+        }

@@ -1,0 +1,27 @@
+"""Parameter servers: variables sharded over PS tasks, workers pull, compute, push.
+
+``protocol`` is the sans-IO shard state machine (sync / async / bounded staleness, duplicate
+pushes ignored); ``partitioner`` balances variables over shards; ``shard_service`` runs a shard
+on a Dask worker; ``worker_loop`` is a worker's pull-compute-push step; the strategy in
+``workbench.parallel.parameter_server_strategy`` drives them from the client.
+"""
+
+from workbench.parallel.parameter_server.partitioner import partition_variables
+from workbench.parallel.parameter_server.protocol import (
+    ApplyUpdate,
+    IgnoreDuplicate,
+    Pull,
+    Push,
+    SendParameters,
+    ShardProtocol,
+)
+
+__all__ = [
+    "ApplyUpdate",
+    "IgnoreDuplicate",
+    "Pull",
+    "Push",
+    "SendParameters",
+    "ShardProtocol",
+    "partition_variables",
+]

@@ -1,0 +1,152 @@
+"""The parameter-server protocol for one shard, as a sans-IO state machine.
+
+Events in (:class:`Pull`, :class:`Push`), instructions out (:class:`ApplyUpdate`,
+:class:`SendParameters`, :class:`IgnoreDuplicate`). No sockets, threads or clocks: the Dask
+adapter feeds it messages and carries out its instructions, and tests drive it directly.
+
+``sync``: a pull for step k is answered with the variables after k updates; the update for step
+k is applied once every worker has pushed its step-k gradient (their mean), exactly like
+synchronous data parallelism.
+
+``async``: every push is applied as it arrives; its staleness is the number of updates applied
+to this shard between the worker's read and its push. With a bound S (``--staleness``), a pull
+is held back until granting it cannot let any outstanding read become staler than S: with V
+updates applied, O the workers holding a read (read versions r), a new read is granted iff
+``V + |O| - min(r ∪ {V}) <= S``. Each outstanding read can see at most one update per other
+outstanding worker before its own push lands, so every applied update has staleness <= S.
+S = 0 makes workers take turns (every gradient computed on the latest variables).
+
+Pushes are deduplicated by (worker, step): at-least-once delivery never applies a step twice.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Pull:
+    worker: int
+    step: int
+
+
+@dataclass(frozen=True)
+class Push:
+    worker: int
+    step: int
+    read_version: int
+    gradients: Any
+
+
+@dataclass(frozen=True)
+class ApplyUpdate:
+    """Apply the mean of ``gradients`` (in worker order) as update number ``version``."""
+
+    gradients: tuple
+    version: int
+    staleness: tuple[int, ...]
+    workers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SendParameters:
+    """Reply to ``worker``'s pull with the variables after ``version`` updates."""
+
+    worker: int
+    step: int
+    version: int
+
+
+@dataclass(frozen=True)
+class IgnoreDuplicate:
+    worker: int
+    step: int
+
+
+@dataclass
+class ShardProtocol:
+    workers: int
+    mode: str = "sync"
+    staleness_bound: int | None = None
+    version: int = 0
+    outstanding: dict[int, int] = field(default_factory=dict)  # worker -> version it read
+    waiting: deque = field(default_factory=deque)  # pulls not yet granted, oldest first
+    pending: dict[int, dict[int, Any]] = field(
+        default_factory=dict
+    )  # sync: step -> worker -> grads
+    applied: set[tuple[int, int]] = field(default_factory=set)  # (worker, step) seen
+    staleness_log: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("sync", "async"):
+            raise ValueError(f"mode must be sync or async, got {self.mode!r}")
+        if self.workers < 1:
+            raise ValueError("a shard needs at least one worker")
+
+    # --- events ------------------------------------------------------------------------------
+
+    def handle(self, event: Pull | Push) -> list:
+        if isinstance(event, Pull):
+            self.waiting.append(event)
+            return self._grant_pulls()
+        if (event.worker, event.step) in self.applied:
+            return [IgnoreDuplicate(event.worker, event.step)]
+        self.applied.add((event.worker, event.step))
+        if self.mode == "sync":
+            return self._sync_push(event)
+        return self._async_push(event)
+
+    # --- sync ----------------------------------------------------------------------------------
+
+    def _sync_push(self, push: Push) -> list:
+        if push.step != self.version:
+            raise ValueError(
+                f"worker {push.worker} pushed step {push.step} while the shard is at {self.version}"
+            )
+        arrived = self.pending.setdefault(push.step, {})
+        arrived[push.worker] = push.gradients
+        if len(arrived) < self.workers:
+            return []
+        del self.pending[push.step]
+        order = tuple(sorted(arrived))
+        instructions: list = [
+            ApplyUpdate(tuple(arrived[w] for w in order), self.version, (0,) * len(order), order)
+        ]
+        self.staleness_log.extend([0] * len(order))
+        self.version += 1
+        return instructions + self._grant_pulls()
+
+    # --- async ---------------------------------------------------------------------------------
+
+    def _async_push(self, push: Push) -> list:
+        staleness = self.version - push.read_version
+        self.outstanding.pop(push.worker, None)
+        instructions: list = [
+            ApplyUpdate((push.gradients,), self.version, (staleness,), (push.worker,))
+        ]
+        self.staleness_log.append(staleness)
+        self.version += 1
+        return instructions + self._grant_pulls()
+
+    # --- pulls ---------------------------------------------------------------------------------
+
+    def _may_grant(self, pull: Pull) -> bool:
+        if self.mode == "sync":
+            return pull.step == self.version
+        if self.staleness_bound is None:
+            return True
+        others = {w: r for w, r in self.outstanding.items() if w != pull.worker}
+        oldest = min([*others.values(), self.version])
+        return self.version + len(others) - oldest <= self.staleness_bound
+
+    def _grant_pulls(self) -> list:
+        granted = []
+        # Oldest first, and stop at the first pull that must wait: no overtaking, no starvation.
+        while self.waiting and self._may_grant(self.waiting[0]):
+            pull = self.waiting.popleft()
+            if self.mode == "async":
+                self.outstanding[pull.worker] = self.version
+            granted.append(SendParameters(pull.worker, pull.step, self.version))
+        return granted
