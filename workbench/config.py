@@ -53,7 +53,7 @@ class RunConfig:
     allreduce: str = "ring"
     ps: int = 1
     mode: str = "sync"
-    staleness: int = 0
+    staleness: int | None = None  # async parameter servers: None = unbounded
     replication: str = "between-graph"
     stages: int = 2
     microbatches: int = 4
@@ -140,7 +140,11 @@ def validate_config(config: RunConfig) -> RunConfig:
     _choice("--allreduce", config.allreduce, ALLREDUCE_NAMES, "all-reduce algorithm")
     _at_least("--ps", config.ps, 1)
     _choice("--mode", config.mode, MODE_NAMES, "mode")
-    _at_least("--staleness", config.staleness, 0)
+    if config.staleness is not None:
+        _at_least("--staleness", config.staleness, 0)
+        if config.mode != "async":
+            raise ConfigError("--staleness", "bounds async updates; add --mode async")
+
     _choice("--replication", config.replication, REPLICATION_NAMES, "replication")
     _at_least("--stages", config.stages, 1)
     _at_least("--microbatches", config.microbatches, 1)

@@ -31,11 +31,14 @@ CONFIGURATIONS = [
     {"strategy": "mirrored", "allreduce": "reduce-to-one"},
     {"strategy": "central-storage"},
     {"strategy": "multi-worker-mirrored"},
+    {"strategy": "parameter-server", "ps": 1},
+    {"strategy": "parameter-server", "ps": 2},
+    {"strategy": "parameter-server", "ps": 2, "replication": "in-graph"},
 ]
 
 
 @pytest.mark.parametrize("devices", [2, 4])
-@pytest.mark.parametrize("flags", CONFIGURATIONS, ids=lambda f: "-".join(f.values()))
+@pytest.mark.parametrize("flags", CONFIGURATIONS, ids=lambda f: "-".join(map(str, f.values())))
 def test_float64_matches_one_device(flags, devices, no_leftover_processes):
     result = run_training(
         RunConfig(devices=devices, dtype="float64", **flags, **BASE), progress=lambda _: None
@@ -45,7 +48,9 @@ def test_float64_matches_one_device(flags, devices, no_leftover_processes):
         oracle("float64").summary["final_loss"], rel=1e-10
     )
     assert result.summary["bytes_communicated"] > 0
-    assert len(result.summary["per_device"]) == devices
+    assert len(result.summary["per_device"]) == devices + flags.get("ps", 0)
+    for device in result.summary["per_device"]:
+        assert device["bytes_sent"] > 0 and device["bytes_received"] > 0, device
 
 
 def test_float32_ring_matches_one_device(no_leftover_processes):

@@ -85,7 +85,7 @@ def build_parser(prog: str = "dtrain run") -> argparse.ArgumentParser:
     add("--allreduce", default="ring", help=_allowed(ALLREDUCE_NAMES))
     add("--ps", type=int, default=1, help="parameter-server shards")
     add("--mode", default="sync", help=_allowed(MODE_NAMES))
-    add("--staleness", type=int, default=0, help="bound on update staleness (async mode)")
+    add("--staleness", type=int, default=None, help="bound on update staleness (async mode)")
     add("--replication", default="between-graph", help=_allowed(REPLICATION_NAMES))
     add("--stages", type=int, default=2, help="pipeline stages")
     add("--microbatches", type=int, default=4, help="micro-batches per global batch")

@@ -37,14 +37,8 @@ def summarize(
             {
                 "device": device,
                 "busy_fraction": round(busy / window, 6) if window else 0.0,
-                "bytes_sent": sum(
-                    e.bytes
-                    for e in phases
-                    if e.device == device and e.phase in ("send", "allreduce", "ps-push")
-                ),
-                "bytes_received": sum(
-                    e.bytes for e in phases if e.device == device and e.phase in ("recv", "ps-pull")
-                ),
+                "bytes_sent": sum(e.bytes for e in phases if e.device == device),
+                "bytes_received": sum(e.bytes_received for e in phases if e.device == device),
             }
         )
     return {

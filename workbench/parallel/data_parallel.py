@@ -21,11 +21,10 @@ from workbench.parallel.replica import (
     run_replica_steps,
     setup_replica,
 )
+from workbench.parallel.step_loop import drive_steps
 from workbench.runtime.cluster import start_cluster
-from workbench.training.job import Progress, TrainingJob, epoch_progress
+from workbench.training.job import Progress, TrainingJob
 from workbench.training.session import TrainingSession
-
-STEPS_PER_TASK = 20  # steps per dispatched task: amortises Dask's per-task cost (DESIGN 2.1)
 
 
 def worker_spec(
@@ -79,6 +78,7 @@ class DataParallelStrategy:
         with start_cluster(config.devices, job.device_type, config.cluster) as session:
             if session.dashboard_link:
                 progress(f"[{self.name}] Dask dashboard: {session.dashboard_link}")
+            replicas = len(session.addresses)
             specs = [
                 (
                     ReplicaSpec(
@@ -95,7 +95,15 @@ class DataParallelStrategy:
             setup = submit_each(session, self.name, "setup", None, setup_replica, specs)
             wait_all(session, setup, "setup", None, deadline=config.stall_timeout + 120)
             try:
-                self._run_steps(session, job, log, progress)
+                drive_steps(
+                    session,
+                    job,
+                    log,
+                    progress,
+                    self.name,
+                    run_replica_steps,
+                    lambda step, count: [(session.run_id, step, count)] * replicas,
+                )
                 snapshot = wait_all(
                     session,
                     [
@@ -126,44 +134,3 @@ class DataParallelStrategy:
         )
         host.load_state(snapshot["parameters"], snapshot["optimizer_state"])
         return host
-
-    def _run_steps(self, session, job: TrainingJob, log: EventLog, progress: Progress) -> None:
-        step = job.first_step
-        per_epoch = job.sampler.steps_per_epoch
-        chunk_seconds = 60.0
-        while step < job.total_steps:
-            if job.stop.is_set():
-                progress(f"[{self.name}] stopped at step {step}")
-                return
-            # Tasks end at epoch boundaries so progress lines and checkpoints align with epochs.
-            count = min(STEPS_PER_TASK, job.total_steps - step, per_epoch - step % per_epoch)
-            started = job.clock()
-            futures = submit_each(
-                session,
-                self.name,
-                "step",
-                step,
-                run_replica_steps,
-                [(session.run_id, step, count)] * len(session.addresses),
-            )
-            results = wait_all(
-                session,
-                futures,
-                "a step",
-                step,
-                deadline=self.config.stall_timeout + 10 * chunk_seconds,
-            )
-            chunk_seconds = max(job.clock() - started, 0.1)
-            for result in results:
-                for event in result["events"]:
-                    log.phase(*event)
-            for index in range(count):
-                current, _ = results[0]["losses"][index]
-                # Equal shards: the mean of replica losses is the global-batch loss.
-                loss = sum(r["losses"][index][1] for r in results) / len(results)
-                log.scalar("loss", current, loss, job.clock())
-                log.scalar("lr", current, job.schedule(current), job.clock())
-                line = epoch_progress(job, current, loss, self.name)
-                if line:
-                    progress(line)
-            step += count

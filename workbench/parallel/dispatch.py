@@ -36,10 +36,13 @@ def submit_each(
     step: int | None,
     function: Callable,
     arguments: Sequence[tuple],
+    ranks: Sequence[int] | None = None,
 ) -> list:
-    """One task per device (rank order); ``arguments[rank]`` are its positional arguments."""
+    """One task per device of ``ranks`` (default: all, in rank order), with its arguments."""
     futures = []
-    for rank, (address, args) in enumerate(zip(session.addresses, arguments)):
+    ranks = list(range(len(session.addresses))) if ranks is None else list(ranks)
+    for rank, args in zip(ranks, arguments):
+        address = session.addresses[rank]
         where = f"{step}-" if step is not None else ""
         key = f"dtrain-{strategy}-{phase}-{where}{device_tag(session.device_names[rank])}"
         futures.append(
@@ -57,9 +60,17 @@ def submit_each(
 
 
 def wait_all(
-    session: ClusterSession, futures: Sequence, what: str, step: int | None, deadline: float
+    session: ClusterSession,
+    futures: Sequence,
+    what: str,
+    step: int | None,
+    deadline: float,
+    ranks: Sequence[int] | None = None,
 ) -> list[Any]:
-    """Results of ``futures`` (rank order), or :class:`DeviceFailure` naming the device."""
+    """Results of ``futures`` (one per rank of ``ranks``), or :class:`DeviceFailure` naming
+    the device that failed or went silent."""
+    ranks = list(range(len(futures))) if ranks is None else list(ranks)
+
     started = time.monotonic()
     pending = list(futures)
     while pending:
@@ -70,18 +81,21 @@ def wait_all(
             if future.status == "finished":
                 pending.remove(future)
             elif future.status in ("error", "cancelled", "lost"):
-                rank = list(futures).index(future)
+                rank = ranks[list(futures).index(future)]
                 _cancel(session, futures)
                 try:
-                    detail = repr(future.exception(timeout=5))
-                except Exception as error:  # the worker itself is gone
-                    detail = f"{future.status} ({error!r})"
+                    error = future.exception(timeout=5)
+                    detail = f"{type(error).__name__}: {error}" if error else future.status
+                except Exception as problem:  # the worker itself is gone
+                    detail = f"{future.status} ({problem!r})"
+
                 raise DeviceFailure(
                     f"{session.device_names[rank]} failed during {what} at step {step}: {detail}"
                 )
         if pending and time.monotonic() - started > deadline:
             _cancel(session, futures)
-            silent = ", ".join(session.device_names[list(futures).index(f)] for f in pending)
+            silent = ", ".join(session.device_names[ranks[list(futures).index(f)]] for f in pending)
+
             raise DeviceFailure(
                 f"{silent} did not finish {what} at step {step} within {deadline:.0f}s "
                 "(stalled or died)"

@@ -14,6 +14,7 @@ STRATEGIES: dict[str, str] = {
     "mirrored": "workbench.parallel.mirrored:MirroredStrategy",
     "central-storage": "workbench.parallel.central_storage:CentralStorageStrategy",
     "multi-worker-mirrored": "workbench.parallel.multi_worker_mirrored:MultiWorkerMirroredStrategy",
+    "parameter-server": "workbench.parallel.parameter_server_strategy:ParameterServerStrategy",
 }
 STRATEGY_NAMES: tuple[str, ...] = tuple(STRATEGIES)
 
@@ -59,6 +60,7 @@ _DEVICE_COUNT_RULES: dict[str, Callable] = {
     "mirrored": _replicas_divide_the_batch,
     "central-storage": _replicas_divide_the_batch,
     "multi-worker-mirrored": _hosts_fit,
+    "parameter-server": _replicas_divide_the_batch,
 }
 
 

@@ -9,6 +9,7 @@ the input images that autodiff also produces).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workbench.ir import Graph, GraphBuilder, gradients, ops
@@ -85,12 +86,17 @@ def gradient_name(parameter: str) -> str:
     return f"grad/{parameter}"
 
 
-def build_update_graph(model: Sequential, optimizer: Optimizer, dtype: str) -> Graph:
+def build_update_graph(
+    model: Sequential, optimizer: Optimizer, dtype: str, names: Sequence[str] | None = None
+) -> Graph:
     """The optimizer step alone: gradients fed as ``grad/<name>`` placeholders (for strategies
-    that reduce gradients between the backward pass and the update)."""
+    that reduce gradients between the backward pass and the update). ``names`` restricts it to
+    some parameters (a parameter-server shard's)."""
     builder = GraphBuilder()
     learning_rate = builder.placeholder(LEARNING_RATE, (), dtype)
     params = _parameters(builder, model, dtype)
+    if names is not None:
+        params = {name: params[name] for name in names}
     grads = [builder.placeholder(gradient_name(name), params[name].shape, dtype) for name in params]
     with builder.scope("update"):
         emit_updates(optimizer, params, grads, learning_rate, after=[])

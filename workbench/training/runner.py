@@ -155,6 +155,18 @@ def run_training(
         "warmup_steps_excluded": figures["warmup_steps_excluded"],
         "saved_to": config.save,
     }
+    staleness = [event.value for event in log.scalars("staleness")]
+    if staleness:
+        # Staleness of every applied update (updates between a worker's read and its push).
+        summary["staleness"] = {
+            "max": int(max(staleness)),
+            "mean": float(np.mean(staleness)),
+            "updates": len(staleness),
+            "histogram": {
+                str(k): int(v) for k, v in zip(*np.unique(staleness, return_counts=True))
+            },
+        }
+
     progress(
         f"[{config.strategy}] test accuracy {test_accuracy:.4f}  test loss {test_loss:.4f}  "
         f"{figures['samples_per_second']:,.0f} samples/s"

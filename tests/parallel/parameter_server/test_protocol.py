@@ -99,7 +99,36 @@ def test_bounded_staleness_holds_and_never_deadlocks(workers, bound, seed):
     assert max(shard.staleness_log) <= bound
 
 
-
 def test_unbounded_async_does_get_stale():
     shard = simulate(workers=4, bound=None, steps=20, seed=1)
     assert max(shard.staleness_log) >= 3
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+@pytest.mark.parametrize("seed", range(6))
+def test_sync_random_interleavings_finish_in_lock_step(workers, seed):
+    rng = random.Random(seed)
+    shard = ShardProtocol(workers=workers, mode="sync")
+    steps = 6
+    holding: dict[int, int] = {}  # worker -> step it may compute
+    todo = [Pull(worker, 0) for worker in range(workers)]
+    rng.shuffle(todo)
+    done = dict.fromkeys(range(workers), 0)
+    while any(d < steps for d in done.values()):
+        instructions = []
+        if todo and (not holding or rng.random() < 0.5):
+            instructions = shard.handle(todo.pop())
+        else:
+            assert holding, "deadlock: every worker is waiting for a pull"
+            worker = rng.choice(sorted(holding))
+            step = holding.pop(worker)
+            instructions = shard.handle(Push(worker, step, step, f"g{worker}"))
+            done[worker] += 1
+            if done[worker] < steps:
+                todo.insert(rng.randrange(len(todo) + 1), Pull(worker, step + 1))
+        for ins in instructions:
+            if isinstance(ins, SendParameters):
+                assert ins.version == ins.step
+                holding[ins.worker] = ins.step
+    assert shard.version == steps
+    assert shard.staleness_log == [0] * (workers * steps)

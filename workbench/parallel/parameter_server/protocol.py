@@ -142,8 +142,16 @@ class ShardProtocol:
         return self.version + len(others) - oldest <= self.staleness_bound
 
     def _grant_pulls(self) -> list:
+        if self.mode == "sync":
+            # Every pull for the current version may go; pulls for the next step wait for the
+            # update, which needs the slower workers' pushes, so they must not block them.
+            ready = [pull for pull in self.waiting if self._may_grant(pull)]
+            for pull in ready:
+                self.waiting.remove(pull)
+            return [SendParameters(p.worker, p.step, self.version) for p in ready]
         granted = []
-        # Oldest first, and stop at the first pull that must wait: no overtaking, no starvation.
+        # Async: oldest first, stopping at the first pull that must wait (no overtaking, so no
+        # starvation). Waiting here never blocks progress: the workers holding reads will push.
         while self.waiting and self._may_grant(self.waiting[0]):
             pull = self.waiting.popleft()
             if self.mode == "async":

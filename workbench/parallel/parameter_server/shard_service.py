@@ -1,0 +1,174 @@
+"""A parameter-server shard running on a Dask worker (TF's ``/job:ps/task:k``).
+
+Holds its share of the variables and their optimizer slots, answers pulls and pushes that
+arrive as RPCs on the worker's event loop, and feeds them to the sans-IO
+:class:`ShardProtocol`. Updates and reads run on one dedicated thread, in the order the
+protocol issued them, so a pull granted after update v is always answered with update v applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from distributed.protocol import to_serialize
+
+from workbench.ir import Executable
+from workbench.parallel.collectives import Bucket, plan_buckets
+from workbench.parallel.gradient_worker import config_from_dict
+from workbench.parallel.parameter_server.protocol import (
+    ApplyUpdate,
+    Pull,
+    Push,
+    SendParameters,
+    ShardProtocol,
+)
+from workbench.runtime.worker_service import device_service
+from workbench.training.graphs import LEARNING_RATE, build_update_graph, gradient_name
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    run_id: str
+    config: dict
+    shard: int
+    names: tuple[str, ...]
+    workers: int
+    total_steps: int
+    stall_timeout: float
+    parameters: dict  # this shard's initial variables
+    optimizer_state: dict  # and their slots
+    input_shape: tuple[int, ...]
+    num_classes: int
+    device: str
+    clock_origin: float
+
+
+def shard_bucket(shapes: dict, names, itemsize: int) -> Bucket:
+    """All of a shard's variables as one flat message, in a fixed order."""
+    (bucket,) = plan_buckets({n: shapes[n] for n in names}, itemsize, bucket_bytes=2**62)
+    return bucket
+
+
+class ParameterShard:
+    def __init__(self, spec: ShardSpec) -> None:
+        from workbench.models import build_model
+        from workbench.optim import LearningRateSchedule, make_optimizer
+
+        self.spec = spec
+        config = config_from_dict(spec.config)
+        model = build_model(config.model, spec.input_shape, spec.num_classes, config.hidden)
+        optimizer = make_optimizer(config.optimizer)
+        self.update = Executable(build_update_graph(model, optimizer, config.dtype, spec.names))
+        self.schedule = LearningRateSchedule(
+            config.lr or optimizer.default_learning_rate,
+            config.batch_size,
+            config.warmup_steps,
+            config.lr_scaling,
+            config.lr_decay,
+            spec.total_steps,
+        )
+        self.dtype = np.dtype(config.dtype).type
+        self.state = {
+            n: np.array(v, copy=True)
+            for n, v in {**spec.parameters, **spec.optimizer_state}.items()
+        }
+        shapes = {n: spec.parameters[n].shape for n in spec.names}
+        self.bucket = shard_bucket(shapes, spec.names, np.dtype(config.dtype).itemsize)
+        bound = config.staleness if config.mode == "async" else None
+        self.protocol = ShardProtocol(spec.workers, config.mode, bound)
+        self.async_mode = config.mode == "async"
+        # Sync: the mean of N gradients. Async: each worker's gradient counts 1/N, so a pass
+        # over the data moves the variables as far as a synchronous pass would.
+        self.scale = self.dtype(1.0 / spec.workers)
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"ps-shard-{spec.shard}")
+        self.replies: dict[tuple[int, int], asyncio.Future] = {}
+        self.events: list[tuple] = []  # this shard's phases, reported with the final snapshot
+
+    def clock(self) -> float:
+        return time.time() - self.spec.clock_origin
+
+    # --- RPC entry points (event loop) -------------------------------------------------------
+
+    async def handle_pull(self, worker: int, step: int) -> dict[str, Any]:
+        reply = asyncio.get_running_loop().create_future()
+        self.replies[(worker, step)] = reply
+        await self._carry_out(self.protocol.handle(Pull(worker, step)))
+        try:
+            version, values = await asyncio.wait_for(reply, self.spec.stall_timeout)
+        except asyncio.TimeoutError:
+            self.replies.pop((worker, step), None)
+            raise TimeoutError(
+                f"ps shard {self.spec.shard} held worker {worker}'s pull for step {step} more "
+                f"than {self.spec.stall_timeout:g}s: another worker stalled or died"
+            ) from None
+        return {"version": version, "values": to_serialize(values)}
+
+    async def handle_push(
+        self, worker: int, step: int, read_version: int, gradients: Any
+    ) -> dict[str, Any]:
+        arrived = self.clock()
+        instructions = self.protocol.handle(Push(worker, step, read_version, gradients))
+        self.events.append(
+            (self.spec.device, "ps-push", step, arrived, arrived, 0, int(gradients.nbytes))
+        )
+        staleness = next(
+            (
+                update.staleness[update.workers.index(worker)]
+                for update in instructions
+                if isinstance(update, ApplyUpdate) and worker in update.workers
+            ),
+            None,  # sync: applied later, with staleness 0, when the last worker pushes
+        )
+        await self._carry_out(instructions)
+        return {"staleness": staleness}
+
+    async def handle_snapshot(self) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        state = await loop.run_in_executor(
+            self.thread, lambda: {n: v.copy() for n, v in self.state.items()}
+        )
+        return {"state": to_serialize(state), "staleness": list(self.protocol.staleness_log)}
+
+    # --- instructions ----------------------------------------------------------------------------
+
+    async def _carry_out(self, instructions: list) -> None:
+        loop = asyncio.get_running_loop()
+        for instruction in instructions:
+            if isinstance(instruction, ApplyUpdate):
+                start = self.clock()
+                await loop.run_in_executor(self.thread, self._apply, instruction)
+                step = (
+                    instruction.version // self.spec.workers
+                    if self.async_mode
+                    else instruction.version
+                )
+                self.events.append((self.spec.device, "update", step, start, self.clock(), 0, 0))
+            elif isinstance(instruction, SendParameters):
+                values = await loop.run_in_executor(self.thread, self.bucket.pack, self.state)
+                now = self.clock()
+                self.events.append(
+                    (self.spec.device, "ps-pull", instruction.step, now, now, int(values.nbytes), 0)
+                )
+                reply = self.replies.pop((instruction.worker, instruction.step), None)
+                if reply is not None and not reply.done():
+                    reply.set_result((instruction.version, values))
+
+    def _apply(self, update: ApplyUpdate) -> None:
+        total = update.gradients[0].copy()
+        for gradients in update.gradients[1:]:  # worker order: a reproducible sum
+            total += gradients
+        total *= self.scale
+        step = update.version // self.spec.workers if self.async_mode else update.version
+        feeds = {gradient_name(n): v for n, v in self.bucket.unpack(total).items()}
+        feeds[LEARNING_RATE] = np.asarray(self.dtype(self.schedule(step)))
+        self.update.run(feeds, self.state)
+
+
+def setup_shard(spec: ShardSpec) -> str:
+    device_service().runs[spec.run_id] = ParameterShard(spec)
+    return f"shard {spec.shard}"

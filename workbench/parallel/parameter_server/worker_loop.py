@@ -1,0 +1,113 @@
+"""A parameter-server worker (TF's ``/job:worker/task:n``): pull, compute, push, every step.
+
+Pulls go to the shards in shard order (a fixed order, like lock ordering, so bounded-staleness
+waits can never form a cycle); each pull is answered with the shard's variables and the
+version they are at; the gradient for each shard is pushed with the version it was computed
+from, which is how the shard measures staleness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from distributed.protocol import to_serialize
+from distributed.utils import sync
+
+from workbench.parallel.collectives import StallError
+from workbench.parallel.gradient_worker import GradientWorker, WorkerSpec
+from workbench.parallel.parameter_server.shard_service import shard_bucket
+from workbench.runtime.worker_service import CALL_HANDLER, device_service
+
+
+@dataclass(frozen=True)
+class ParameterServerWorkerSpec:
+    worker: WorkerSpec
+    shard_addresses: tuple[str, ...]
+    shard_devices: tuple[str, ...]
+    shard_names: tuple[tuple[str, ...], ...]
+
+
+class ParameterServerWorker(GradientWorker):
+    def __init__(self, spec: ParameterServerWorkerSpec) -> None:
+        super().__init__(spec.worker)
+        self.ps = spec
+        shapes = self.model.parameter_shapes()
+        itemsize = np.dtype(self.config.dtype).itemsize
+        self.buckets = [shard_bucket(shapes, names, itemsize) for names in spec.shard_names]
+        self._worker = device_service().worker
+
+    def _call(self, shard: int, at_step: int, method: str, **arguments: Any) -> Any:
+        rpc = self._worker.rpc(self.ps.shard_addresses[shard])
+        try:
+            return sync(
+                self._worker.loop,
+                getattr(rpc, CALL_HANDLER),
+                run_id=self.spec.run_id,
+                method=method,
+                arguments=arguments,
+            )
+        except Exception as error:
+            raise StallError(
+                f"step {at_step}: {self.device} could not {method} "
+                f"{self.ps.shard_devices[shard]}: {error}"
+            ) from error
+
+    def run(self, first: int, count: int, batches: list | None = None) -> dict[str, Any]:
+        events, losses, staleness = [], [], []
+        for index, step in enumerate(range(first, first + count)):
+            start = self.clock()
+            versions, received = [], 0
+            for shard, bucket in enumerate(self.buckets):
+                reply = self._call(shard, step, "pull", worker=self.spec.rank, step=step)
+                versions.append(reply["version"])
+                received += reply["values"].nbytes
+                for name, value in bucket.unpack(reply["values"]).items():
+                    self.state[name][...] = value
+            pulled = self.clock()
+            gradients, loss = self.compute(step, batches[index] if batches else None)
+            computed = self.clock()
+            sent, stale = 0, []
+            for shard, bucket in enumerate(self.buckets):
+                flat = bucket.pack(gradients)
+                reply = self._call(
+                    shard,
+                    step,
+                    "push",
+                    worker=self.spec.rank,
+                    step=step,
+                    read_version=versions[shard],
+                    gradients=to_serialize(flat),
+                )
+                sent += flat.nbytes
+                if reply["staleness"] is not None:
+                    stale.append(reply["staleness"])
+            pushed = self.clock()
+            events += [
+                (self.device, "ps-pull", step, start, pulled, 0, received),
+                (self.device, "compute", step, pulled, computed, 0, 0),
+                (self.device, "ps-push", step, computed, pushed, sent, 0),
+            ]
+            losses.append((step, loss))
+            staleness.append((step, max(stale) if stale else 0))
+        return {"events": events, "losses": losses, "staleness": staleness}
+
+
+def setup_ps_worker(spec: ParameterServerWorkerSpec) -> str:
+    device_service().runs[spec.worker.run_id] = ParameterServerWorker(spec)
+    return spec.worker.device_names[spec.worker.rank]
+
+
+def run_ps_worker_steps(run_id: str, first: int, count: int, batches: list | None = None):
+    return device_service().runs[run_id].run(first, count, batches)
+
+
+def shard_snapshot(run_id: str) -> dict[str, Any]:
+    shard = device_service().runs[run_id]
+    state = shard.thread.submit(lambda: {n: v.copy() for n, v in shard.state.items()}).result()
+    return {
+        "state": state,
+        "staleness": list(shard.protocol.staleness_log),
+        "events": list(shard.events),
+    }

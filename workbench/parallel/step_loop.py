@@ -1,0 +1,67 @@
+"""The client's step loop for strategies whose devices keep their state between tasks.
+
+Each round dispatches one task per participating device covering K steps (ending at an epoch
+boundary), waits for all of them (failing with the device and step if one dies or stalls),
+and turns their reports into events: phase intervals, the global loss, the learning rate and,
+where devices report it, staleness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from workbench.events import EventLog
+from workbench.parallel.dispatch import submit_each, wait_all
+from workbench.runtime.cluster import ClusterSession
+from workbench.training.job import Progress, TrainingJob, epoch_progress
+
+STEPS_PER_TASK = 20  # steps per dispatched task: amortises Dask's per-task cost (DESIGN 2.1)
+
+
+def drive_steps(
+    session: ClusterSession,
+    job: TrainingJob,
+    log: EventLog,
+    progress: Progress,
+    strategy: str,
+    function: Callable,
+    arguments_for: Callable[[int, int], Sequence[tuple]],
+    ranks: Sequence[int] | None = None,
+) -> None:
+    """Run steps ``job.first_step`` .. ``job.total_steps`` on the devices ``ranks``."""
+    step = job.first_step
+    per_epoch = job.sampler.steps_per_epoch
+    chunk_seconds = 60.0
+    while step < job.total_steps:
+        if job.stop.is_set():
+            progress(f"[{strategy}] stopped at step {step}")
+            return
+        count = min(STEPS_PER_TASK, job.total_steps - step, per_epoch - step % per_epoch)
+        started = job.clock()
+        futures = submit_each(
+            session, strategy, "step", step, function, arguments_for(step, count), ranks=ranks
+        )
+        results = wait_all(
+            session,
+            futures,
+            "a step",
+            step,
+            deadline=job.config.stall_timeout + 10 * chunk_seconds,
+            ranks=ranks,
+        )
+        chunk_seconds = max(job.clock() - started, 0.1)
+        for result in results:
+            for event in result["events"]:
+                log.phase(*event)
+            for current, staleness in result.get("staleness", ()):
+                log.scalar("staleness", current, staleness, job.clock())
+        for index in range(count):
+            current = results[0]["losses"][index][0]
+            # Equal shards of the batch: the mean of device losses is the global-batch loss.
+            loss = sum(r["losses"][index][1] for r in results) / len(results)
+            log.scalar("loss", current, loss, job.clock())
+            log.scalar("lr", current, job.schedule(current), job.clock())
+            line = epoch_progress(job, current, loss, strategy)
+            if line:
+                progress(line)
+        step += count
