@@ -115,3 +115,38 @@ def test_ten_epochs_on_digits_reach_97_percent(capsys, model):
         "10",
     )
     assert summary["test_accuracy"] >= 0.97
+
+
+@pytest.mark.parametrize(
+    ("flags", "field", "fragment"),
+    [
+        (["--strategy", "mirrored", "--devices", "3"], "--batch-size", "divide evenly"),
+        (["--strategy", "mirrored", "--allreduce", "tree"], "--allreduce", "ring"),
+        (["--strategy", "parameter-server", "--ps", "0"], "--ps", ">= 1"),
+        (
+            ["--strategy", "multi-worker-mirrored", "--devices", "2", "--hosts", "4"],
+            "--hosts",
+            "at least as many devices",
+        ),
+        (["--cluster", "tcp://127.0.0.1:9"], "--cluster", "one-device runs in this process"),
+        (
+            [
+                "--strategy",
+                "mirrored",
+                "--devices",
+                "2",
+                "--cluster",
+                "tcp://127.0.0.1:9",
+                "--steps",
+                "1",
+            ],
+            "--cluster",
+            "cannot reach",
+        ),
+    ],
+)
+def test_distributed_configuration_errors_before_any_task(capsys, flags, field, fragment):
+    code = main(["run", *flags])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert field in err and fragment in err

@@ -28,12 +28,19 @@ def run_command(argv: Sequence[str]) -> int:
     from workbench.cli.flags import parse_run_flags
     from workbench.training.runner import run_training
 
+    from workbench.parallel.dispatch import DeviceFailure
+    from workbench.runtime.cluster import ClusterError
+
     try:
         config = parse_run_flags(argv)
         result = run_training(config)
-    except _user_errors() as error:
+    except (*_user_errors(), ClusterError) as error:
         print(f"dtrain run: error: {error}", file=sys.stderr)
         return 2
+    except DeviceFailure as error:
+        print(f"dtrain run: a device failed: {error}", file=sys.stderr)
+        return 1
+
     if config.json:
         print(json.dumps(result.summary, indent=2))
     return 0

@@ -71,9 +71,13 @@ def wait_all(
     the device that failed or went silent."""
     ranks = list(range(len(futures))) if ranks is None else list(ranks)
 
-    started = time.monotonic()
+    started = checked = time.monotonic()
     pending = list(futures)
     while pending:
+        if time.monotonic() - checked > 0.5:
+            checked = time.monotonic()
+            _raise_if_a_device_left(session, futures, what, step)
+
         # Future states are kept current by the client's event loop; polling them costs
         # microseconds and, unlike distributed.wait, needs no default client.
         time.sleep(0.002)
@@ -82,20 +86,20 @@ def wait_all(
                 pending.remove(future)
             elif future.status in ("error", "cancelled", "lost"):
                 rank = ranks[list(futures).index(future)]
-                _cancel(session, futures)
                 try:
                     error = future.exception(timeout=5)
                     detail = f"{type(error).__name__}: {error}" if error else future.status
                 except Exception as problem:  # the worker itself is gone
                     detail = f"{future.status} ({problem!r})"
-
+                # A peer's failure is usually the echo of a device that died: name that one.
+                _raise_if_a_device_left(session, futures, what, step, detail)
+                _cancel(session, futures)
                 raise DeviceFailure(
                     f"{session.device_names[rank]} failed during {what} at step {step}: {detail}"
                 )
         if pending and time.monotonic() - started > deadline:
             _cancel(session, futures)
             silent = ", ".join(session.device_names[ranks[list(futures).index(f)]] for f in pending)
-
             raise DeviceFailure(
                 f"{silent} did not finish {what} at step {step} within {deadline:.0f}s "
                 "(stalled or died)"
@@ -106,3 +110,32 @@ def wait_all(
 def _cancel(session: ClusterSession, futures: Sequence) -> None:
     with contextlib.suppress(Exception):
         session.client.cancel(list(futures))
+
+
+def _alive_workers(session: ClusterSession) -> set[str] | None:
+    try:
+        return set(session.client.run_on_scheduler(_worker_addresses))
+    except Exception:
+        return None  # the scheduler is unreachable; the deadline will report it
+
+
+def _worker_addresses(dask_scheduler=None) -> list[str]:
+    return list(dask_scheduler.workers)
+
+
+def _raise_if_a_device_left(
+    session: ClusterSession, futures: Sequence, what: str, step: int | None, detail: str = ""
+) -> None:
+    """A killed worker leaves the scheduler at once (its comms close); a nanny may restart it
+    under a new address, but the device's variables died with it, so the run cannot go on."""
+    alive = _alive_workers(session)
+    if alive is None:
+        return
+    for rank, address in enumerate(session.addresses):
+        if address not in alive:
+            _cancel(session, futures)
+            echo = f"; its peers reported: {detail}" if detail else ""
+            raise DeviceFailure(
+                f"{session.device_names[rank]} died during {what} at step {step} "
+                f"(its worker {address} left the cluster){echo}"
+            )

@@ -31,6 +31,10 @@ def _exactly_one_device(config) -> None:
         raise ConfigError(
             "--devices", f"strategy one-device uses exactly 1 device, got {config.devices}"
         )
+    if config.cluster is not None:
+        raise ConfigError(
+            "--cluster", "strategy one-device runs in this process; use a distributed strategy"
+        )
 
 
 def _replicas_divide_the_batch(config) -> None:
