@@ -26,10 +26,9 @@ def _user_errors() -> tuple[type[Exception], ...]:
 
 def run_command(argv: Sequence[str]) -> int:
     from workbench.cli.flags import parse_run_flags
-    from workbench.training.runner import run_training
-
     from workbench.parallel.dispatch import DeviceFailure
     from workbench.runtime.cluster import ClusterError
+    from workbench.training.runner import run_training
 
     try:
         config = parse_run_flags(argv)
