@@ -150,3 +150,29 @@ def test_distributed_configuration_errors_before_any_task(capsys, flags, field, 
     err = capsys.readouterr().err
     assert code == 2
     assert field in err and fragment in err
+
+
+def test_more_stages_than_layers_is_refused_before_the_cluster(capsys):
+    code = main(
+        [
+            "run",
+            "--strategy",
+            "pipeline",
+            "--devices",
+            "5",
+            "--stages",
+            "5",
+            "--hidden",
+            "16",
+            "--microbatches",
+            "2",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "--stages" in err and "the model has 3" in err
+
+
+def test_batch_not_divisible_by_microbatches_is_refused(capsys):
+    code = main(["run", "--strategy", "pipeline", "--devices", "2", "--microbatches", "5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--microbatches" in err and "divide evenly" in err

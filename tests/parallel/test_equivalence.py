@@ -34,12 +34,16 @@ CONFIGURATIONS = [
     {"strategy": "parameter-server", "ps": 1},
     {"strategy": "parameter-server", "ps": 2},
     {"strategy": "parameter-server", "ps": 2, "replication": "in-graph"},
+    {"strategy": "pipeline", "schedule": "gpipe"},
+    {"strategy": "pipeline", "schedule": "1f1b"},
 ]
 
 
 @pytest.mark.parametrize("devices", [2, 4])
 @pytest.mark.parametrize("flags", CONFIGURATIONS, ids=lambda f: "-".join(map(str, f.values())))
 def test_float64_matches_one_device(flags, devices, no_leftover_processes):
+    if flags["strategy"] == "pipeline":
+        flags = {**flags, "stages": devices}  # one stage per device
     result = run_training(
         RunConfig(devices=devices, dtype="float64", **flags, **BASE), progress=lambda _: None
     )

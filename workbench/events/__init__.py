@@ -6,6 +6,14 @@ strategy's private state. Times are seconds on the run's ``perf_counter`` clock.
 
 from workbench.events.log import EventLog
 from workbench.events.records import PHASES, PhaseEvent, ScalarEvent
-from workbench.events.summary import summarize, warmup_steps
+from workbench.events.summary import bubble_fraction, summarize, warmup_steps
 
-__all__ = ["PHASES", "EventLog", "PhaseEvent", "ScalarEvent", "summarize", "warmup_steps"]
+__all__ = [
+    "PHASES",
+    "EventLog",
+    "PhaseEvent",
+    "ScalarEvent",
+    "bubble_fraction",
+    "summarize",
+    "warmup_steps",
+]

@@ -48,3 +48,22 @@ def summarize(
         "bytes_communicated": sum(d["bytes_sent"] for d in per_device),
         "per_device": per_device,
     }
+
+
+def bubble_fraction(log: EventLog, devices: list[str]) -> float | None:
+    """Share of device-time spent not computing during steady steps: for each step,
+    1 - (forward/backward compute time of all devices) / (devices x the step's span), averaged
+    over steady steps. For GPipe with even stages the theory is (P-1)/(M+P-1)."""
+    phases = [e for e in log.phases() if e.device in devices]
+    steps = sorted({e.step for e in phases})
+    steady = steps[warmup_steps(len(steps)) :]
+    fractions = []
+    for step in steady:
+        own = [e for e in phases if e.step == step and e.phase != "update"]
+        if not own:
+            continue
+        span = max(e.end for e in own) - min(e.start for e in own)
+        busy = sum(e.duration for e in own if e.phase == "compute")
+        if span > 0:
+            fractions.append(1.0 - busy / (len(devices) * span))
+    return float(sum(fractions) / len(fractions)) if fractions else None

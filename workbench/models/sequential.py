@@ -64,8 +64,25 @@ class Sequential:
         _, params = self._build(np.random.default_rng(seed))
         return {name: np.ascontiguousarray(value.astype(dtype)) for name, value in params.items()}
 
-    def apply(self, x: Tensor, params: dict[str, Tensor], context: ApplyContext) -> Tensor:
-        for layer in self.layers:
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """Per-example shapes between layers: ``shapes[i]`` is layer i's input."""
+        return list(self._shapes)
+
+    def parameter_names(self, layers: range) -> list[str]:
+        prefixes = tuple(self.layers[i].name + "/" for i in layers)
+        return [name for name in self._init if name.startswith(prefixes)]
+
+    def apply(
+        self,
+        x: Tensor,
+        params: dict[str, Tensor],
+        context: ApplyContext,
+        layers: range | None = None,
+    ) -> Tensor:
+        """Run the layers (all, or the index range ``layers`` — one pipeline stage)."""
+        for index in layers if layers is not None else range(len(self.layers)):
+            layer = self.layers[index]
             prefix = layer.name + "/"
             own = {k[len(prefix) :]: v for k, v in params.items() if k.startswith(prefix)}
             with x.builder.scope(layer.name):

@@ -15,6 +15,7 @@ STRATEGIES: dict[str, str] = {
     "central-storage": "workbench.parallel.central_storage:CentralStorageStrategy",
     "multi-worker-mirrored": "workbench.parallel.multi_worker_mirrored:MultiWorkerMirroredStrategy",
     "parameter-server": "workbench.parallel.parameter_server_strategy:ParameterServerStrategy",
+    "pipeline": "workbench.parallel.pipeline_strategy:PipelineStrategy",
 }
 STRATEGY_NAMES: tuple[str, ...] = tuple(STRATEGIES)
 
@@ -59,12 +60,30 @@ def _hosts_fit(config) -> None:
         )
 
 
+def _stages_fit(config) -> None:
+    from workbench.config import ConfigError
+
+    if config.devices != config.stages:
+        raise ConfigError(
+            "--devices",
+            f"a pipeline puts one stage on each device: --devices {config.devices} "
+            f"must equal --stages {config.stages}",
+        )
+    if config.batch_size % config.microbatches:
+        raise ConfigError(
+            "--microbatches",
+            f"the global batch {config.batch_size} must divide evenly into "
+            f"{config.microbatches} micro-batches",
+        )
+
+
 _DEVICE_COUNT_RULES: dict[str, Callable] = {
     "one-device": _exactly_one_device,
     "mirrored": _replicas_divide_the_batch,
     "central-storage": _replicas_divide_the_batch,
     "multi-worker-mirrored": _hosts_fit,
     "parameter-server": _replicas_divide_the_batch,
+    "pipeline": _stages_fit,
 }
 
 

@@ -57,8 +57,12 @@ def drive_steps(
                 log.scalar("staleness", current, staleness, job.clock())
         for index in range(count):
             current = results[0]["losses"][index][0]
-            # Equal shards of the batch: the mean of device losses is the global-batch loss.
-            loss = sum(r["losses"][index][1] for r in results) / len(results)
+            # Equal shards of the batch: the mean of the reported losses is the global loss
+            # (pipeline stages other than the last report none).
+            reported = [r["losses"][index][1] for r in results]
+            reported = [value for value in reported if value is not None]
+            loss = sum(reported) / len(reported)
+
             log.scalar("loss", current, loss, job.clock())
             log.scalar("lr", current, job.schedule(current), job.clock())
             line = epoch_progress(job, current, loss, strategy)

@@ -37,7 +37,9 @@ class PeerTransport:
         self.stall_timeout = stall_timeout
         self.step: int | None = None
         self.bytes_sent = self.bytes_received = 0
+        self._in_flight: list = []
         self._service = device_service()
+
         self._worker = self._service.worker
 
     def _key(self, source: int, target: int, key: str) -> str:
@@ -58,6 +60,31 @@ class PeerTransport:
                 f"step {self.step}: sending {key!r} to {self.device_names[peer]} failed: {error}"
             ) from error
         self.bytes_sent += int(array.nbytes)
+
+    def send_async(self, peer: int, key: str, array: Any) -> Any:
+        """Start sending and return at once (a future); the caller must not modify ``array``
+        until :meth:`flush`. Lets a pipeline stage compute while its activation travels."""
+        import asyncio
+
+        full_key = self._key(self.rank, peer, key)
+        rpc = self._worker.rpc(self.addresses[peer])
+        coroutine = getattr(rpc, SEND_HANDLER)(key=full_key, payload=to_serialize(array))
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._worker.loop.asyncio_loop)
+        self._in_flight.append((future, peer, key))
+        self.bytes_sent += int(array.nbytes)
+        return future
+
+    def flush(self) -> None:
+        """Wait for every :meth:`send_async` to be delivered (or fail naming the peer)."""
+        in_flight, self._in_flight = self._in_flight, []
+        for future, peer, key in in_flight:
+            try:
+                future.result(timeout=self.stall_timeout)
+            except Exception as error:
+                raise StallError(
+                    f"step {self.step}: sending {key!r} to {self.device_names[peer]} failed: "
+                    f"{error!r}"
+                ) from error
 
     def recv(self, peer: int, key: str) -> Any:
         try:

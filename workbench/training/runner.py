@@ -16,7 +16,7 @@ import numpy as np
 from workbench.checkpoint import load_checkpoint, save_checkpoint
 from workbench.config import ConfigError, RunConfig, total_steps, validate_config
 from workbench.data import DatasetError, GlobalBatchSampler, load_dataset
-from workbench.events import EventLog, summarize
+from workbench.events import EventLog, bubble_fraction, summarize
 from workbench.models import build_model
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.parallel.registry import strategy_class
@@ -87,6 +87,9 @@ def run_training(
         steps,
     )
     strategy = strategy_class(config.strategy)(config)
+    if hasattr(strategy, "check_model"):
+        strategy.check_model(model)
+
     log = log or EventLog()
     job = TrainingJob(
         config=config,
@@ -155,6 +158,8 @@ def run_training(
         "warmup_steps_excluded": figures["warmup_steps_excluded"],
         "saved_to": config.save,
     }
+    if config.strategy == "pipeline":
+        summary["bubble_fraction"] = bubble_fraction(log, devices)
     staleness = [event.value for event in log.scalars("staleness")]
     if staleness:
         # Staleness of every applied update (updates between a worker's read and its push).

@@ -1,0 +1,190 @@
+"""A pipeline stage on a Dask worker: its layers' variables, its schedule, its neighbours.
+
+Each step the stage plays its action list: a forward takes the micro-batch from the data (first
+stage) or from the previous stage's mailbox, and sends its activation on; a backward takes the
+gradient from the next stage (or the loss, on the last), recomputes its forward, and sends the
+input gradient back. Parameter gradients are summed over micro-batches and averaged into one
+optimizer update per step. Activations arriving from a neighbour land in this worker's mailbox
+while it computes, so transfers overlap compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench.data import microbatch_rows
+from workbench.ir import Executable
+from workbench.parallel.gradient_worker import WorkerSpec, config_from_dict
+from workbench.parallel.pipeline.schedules import make_schedule
+from workbench.parallel.pipeline.stages import (
+    ACTIVATION,
+    INPUT_GRADIENT,
+    OUTPUT_GRADIENT,
+    STAGE_INPUT,
+    build_stage_graphs,
+    split_layers,
+)
+from workbench.runtime.peer_transport import PeerTransport
+from workbench.runtime.worker_service import device_service
+from workbench.training.graphs import (
+    DROPOUT_SEED,
+    LABELS,
+    LEARNING_RATE,
+    build_update_graph,
+    gradient_name,
+)
+from workbench.training.session import dropout_seed
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    worker: WorkerSpec  # rank = stage
+    stall_timeout: float
+
+
+class StageWorker:
+    def __init__(self, spec: StageSpec) -> None:
+        from workbench.data import GlobalBatchSampler, load_dataset
+        from workbench.models import build_model
+        from workbench.optim import LearningRateSchedule, init_slots, make_optimizer
+
+        self.spec, worker = spec, spec.worker
+        config = self.config = config_from_dict(worker.config)
+        self.stage, self.stages = worker.rank, len(worker.addresses)
+        self.first, self.last = self.stage == 0, self.stage == self.stages - 1
+        dataset = load_dataset(config.dataset, seed=config.seed)
+        model = self.model = build_model(
+            config.model, dataset.input_shape, dataset.num_classes, config.hidden
+        )
+        optimizer = make_optimizer(config.optimizer)
+        self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
+        self.schedule = LearningRateSchedule(
+            config.lr or optimizer.default_learning_rate,
+            config.batch_size,
+            config.warmup_steps,
+            config.lr_scaling,
+            config.lr_decay,
+            worker.total_steps,
+        )
+        self.microbatches = config.microbatches
+        self.microbatch = config.batch_size // config.microbatches
+        layers = split_layers(model, self.stages)[self.stage]
+        graphs = build_stage_graphs(
+            model, layers, self.microbatch, config.dtype, self.first, self.last
+        )
+        self.names = graphs.parameter_names
+        self.forward, self.backward = Executable(graphs.forward), Executable(graphs.backward)
+        self.update = Executable(build_update_graph(model, optimizer, config.dtype, self.names))
+        params = worker.initial_parameters or model.init_parameters(config.seed, config.dtype)
+        params = {n: params[n] for n in self.names}
+        slots = init_slots(optimizer, params)
+        if worker.initial_optimizer_state:
+            slots = {n: worker.initial_optimizer_state[n] for n in slots}
+        self.state = {n: np.array(v, copy=True) for n, v in {**params, **slots}.items()}
+        self.actions = make_schedule(config.schedule, self.stages, self.microbatches)[self.stage]
+        self.dtype = np.dtype(config.dtype).type
+        if self.first or self.last:
+            input_dtype = "int64" if model.takes_integer_input else config.dtype
+            self.inputs, self.labels = dataset.x_train.astype(input_dtype), dataset.y_train
+        self.transport = PeerTransport(
+            worker.run_id, self.stage, worker.addresses, worker.device_names, spec.stall_timeout
+        )
+        self.device = worker.device_names[self.stage]
+
+    def clock(self) -> float:
+        import time
+
+        return time.time() - self.spec.worker.clock_origin
+
+    def _rows(self, step: int, microbatch: int):
+        rows = self.sampler.batch_indices(step)
+        return rows[microbatch_rows(self.config.batch_size, microbatch, self.microbatches)]
+
+    def _feeds(self, step: int, microbatch: int, stage_input) -> dict:
+        feeds = {STAGE_INPUT: stage_input}
+        if self.last:
+            feeds[LABELS] = self.labels[self._rows(step, microbatch)]
+        if self.model.uses_dropout:
+            # One stream per micro-batch, identical in the forward and the recomputation.
+            feeds[DROPOUT_SEED] = dropout_seed(self.config.seed, step * 1000 + microbatch)
+        return feeds
+
+    def _phase(self, events, phase, step, start, sent=0, received=0) -> None:
+        events.append((self.device, phase, step, start, self.clock(), sent, received))
+
+    def run(self, first: int, count: int) -> dict[str, Any]:
+        events, losses = [], []
+        transport = self.transport
+        for step in range(first, first + count):
+            transport.step = step
+            stashed, totals, step_loss = {}, {}, 0.0
+            for action in self.actions:
+                m = action.microbatch
+                if action.kind == "F":
+                    start = self.clock()
+                    if self.first:
+                        stage_input = self.inputs[self._rows(step, m)]
+                    else:
+                        stage_input = transport.recv(self.stage - 1, f"s{step}/a{m}")
+                        self._phase(events, "recv", step, start, 0, stage_input.nbytes)
+                    stashed[m] = stage_input
+                    start = self.clock()
+                    out = self.forward.run(self._feeds(step, m, stage_input), self.state)
+                    self._phase(events, "compute", step, start)
+                    if self.last:
+                        step_loss += float(out["loss"]) / self.microbatches
+                    else:
+                        start = self.clock()
+                        transport.send_async(self.stage + 1, f"s{step}/a{m}", out[ACTIVATION])
+                        self._phase(events, "send", step, start, out[ACTIVATION].nbytes)
+                else:
+                    feeds = self._feeds(step, m, stashed.pop(m))
+                    if not self.last:
+                        start = self.clock()
+                        feeds[OUTPUT_GRADIENT] = transport.recv(self.stage + 1, f"s{step}/g{m}")
+                        self._phase(events, "recv", step, start, 0, feeds[OUTPUT_GRADIENT].nbytes)
+                    start = self.clock()
+                    out = self.backward.run(feeds, self.state)
+                    for name in self.names:
+                        grad = out[gradient_name(name)]
+                        if name in totals:
+                            totals[name] += grad
+                        else:
+                            totals[name] = np.array(grad, copy=True)
+                    self._phase(events, "compute", step, start)
+                    if not self.first:
+                        start = self.clock()
+                        transport.send_async(self.stage - 1, f"s{step}/g{m}", out[INPUT_GRADIENT])
+                        self._phase(events, "send", step, start, out[INPUT_GRADIENT].nbytes)
+            transport.flush()  # every activation and gradient of this step delivered
+            start = self.clock()
+            scale = self.dtype(1.0 / self.microbatches)  # mean over equal micro-batches
+            feeds = {gradient_name(n): totals[n] * scale for n in self.names}
+            feeds[LEARNING_RATE] = np.asarray(self.dtype(self.schedule(step)))
+            self.update.run(feeds, self.state)
+            self._phase(events, "update", step, start)
+            losses.append((step, step_loss if self.last else None))
+        return {"events": events, "losses": losses}
+
+    def snapshot(self) -> dict[str, dict[str, np.ndarray]]:
+        names = set(self.names)
+        return {
+            "parameters": {n: self.state[n].copy() for n in self.names},
+            "optimizer_state": {n: v.copy() for n, v in self.state.items() if n not in names},
+        }
+
+
+def setup_stage(spec: StageSpec) -> str:
+    device_service().runs[spec.worker.run_id] = StageWorker(spec)
+    return spec.worker.device_names[spec.worker.rank]
+
+
+def run_stage_steps(run_id: str, first: int, count: int) -> dict[str, Any]:
+    return device_service().runs[run_id].run(first, count)
+
+
+def stage_snapshot(run_id: str) -> dict:
+    return device_service().runs[run_id].snapshot()
