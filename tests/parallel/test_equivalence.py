@@ -36,6 +36,7 @@ CONFIGURATIONS = [
     {"strategy": "parameter-server", "ps": 2, "replication": "in-graph"},
     {"strategy": "pipeline", "schedule": "gpipe"},
     {"strategy": "pipeline", "schedule": "1f1b"},
+    {"strategy": "hybrid", "schedule": "1f1b"},
 ]
 
 
@@ -44,6 +45,11 @@ CONFIGURATIONS = [
 def test_float64_matches_one_device(flags, devices, no_leftover_processes):
     if flags["strategy"] == "pipeline":
         flags = {**flags, "stages": devices}  # one stage per device
+    if flags["strategy"] == "hybrid":
+        flags = {**flags, "stages": devices // 2}  # a 2 x (devices/2) mesh
+        if devices == 2:
+            flags["stages"] = 1  # 2 replicas of a one-stage pipeline
+
     result = run_training(
         RunConfig(devices=devices, dtype="float64", **flags, **BASE), progress=lambda _: None
     )

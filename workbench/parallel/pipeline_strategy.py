@@ -44,21 +44,21 @@ class PipelineStrategy:
             raise ConfigError("--stages", str(error).split(": ", 1)[1]) from None
 
     def device_names(self, device_type: str) -> list[str]:
-
-        return [device_name(device_type, task=stage) for stage in range(self.config.stages)]
+        return [device_name(device_type, task=rank) for rank in range(self.config.devices)]
 
     def train(self, job: TrainingJob, log: EventLog, progress: Progress) -> TrainingSession:
         config = self.config
-        stages = config.stages
-        with start_cluster(stages, job.device_type, config.cluster) as session:
+        devices, stages = config.devices, config.stages
+        with start_cluster(devices, job.device_type, config.cluster) as session:
             if session.dashboard_link:
                 progress(f"[{self.name}] Dask dashboard: {session.dashboard_link}")
             specs = [
-                (StageSpec(worker_spec(session, job, stage, 1), config.stall_timeout),)
-                for stage in range(stages)
+                (StageSpec(worker_spec(session, job, rank, 1), config.stall_timeout),)
+                for rank in range(devices)
             ]
             ready = submit_each(session, self.name, "setup", None, setup_stage, specs)
             wait_all(session, ready, "setup", None, config.stall_timeout + 120)
+            first_replica = range(stages)  # replica 0's stages hold every variable
             try:
                 drive_steps(
                     session,
@@ -67,25 +67,28 @@ class PipelineStrategy:
                     progress,
                     self.name,
                     run_stage_steps,
-                    lambda step, count: [(session.run_id, step, count)] * stages,
+                    lambda step, count: [(session.run_id, step, count)] * devices,
+                )
+                snapshot = submit_each(
+                    session,
+                    self.name,
+                    "snapshot",
+                    None,
+                    stage_snapshot,
+                    [(session.run_id,)] * stages,
+                    ranks=first_replica,
                 )
                 snapshots = wait_all(
                     session,
-                    submit_each(
-                        session,
-                        self.name,
-                        "snapshot",
-                        None,
-                        stage_snapshot,
-                        [(session.run_id,)] * stages,
-                    ),
+                    snapshot,
                     "gathering variables",
                     job.total_steps,
                     config.stall_timeout,
+                    ranks=first_replica,
                 )
             finally:
                 cleanup = submit_each(
-                    session, self.name, "cleanup", None, drop_replica, [(session.run_id,)] * stages
+                    session, self.name, "cleanup", None, drop_replica, [(session.run_id,)] * devices
                 )
                 with contextlib.suppress(Exception):
                     wait_all(session, cleanup, "cleanup", None, deadline=10)
@@ -97,3 +100,11 @@ class PipelineStrategy:
             {n: v for snap in snapshots for n, v in snap["optimizer_state"].items()},
         )
         return host
+
+
+class HybridStrategy(PipelineStrategy):
+    """``hybrid``: data parallel x pipeline on a 2-D mesh of ``--devices`` = replicas x
+    ``--stages`` devices. Each replica pipelines its slice of the batch through its stages;
+    each stage then ring-all-reduces its gradients with the same stage of the other replicas."""
+
+    name = "hybrid"

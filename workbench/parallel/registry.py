@@ -16,6 +16,7 @@ STRATEGIES: dict[str, str] = {
     "multi-worker-mirrored": "workbench.parallel.multi_worker_mirrored:MultiWorkerMirroredStrategy",
     "parameter-server": "workbench.parallel.parameter_server_strategy:ParameterServerStrategy",
     "pipeline": "workbench.parallel.pipeline_strategy:PipelineStrategy",
+    "hybrid": "workbench.parallel.pipeline_strategy:HybridStrategy",
 }
 STRATEGY_NAMES: tuple[str, ...] = tuple(STRATEGIES)
 
@@ -77,6 +78,24 @@ def _stages_fit(config) -> None:
         )
 
 
+def _mesh_fits(config) -> None:
+    from workbench.config import ConfigError
+
+    if config.devices % config.stages or config.devices == config.stages:
+        raise ConfigError(
+            "--devices",
+            f"hybrid needs a 2-D mesh: --devices {config.devices} must be a multiple "
+            f"(>= 2x) of --stages {config.stages}",
+        )
+    replicas = config.devices // config.stages
+    if config.batch_size % (replicas * config.microbatches):
+        raise ConfigError(
+            "--batch-size",
+            f"the global batch {config.batch_size} must divide evenly into "
+            f"{replicas} replicas x {config.microbatches} micro-batches",
+        )
+
+
 _DEVICE_COUNT_RULES: dict[str, Callable] = {
     "one-device": _exactly_one_device,
     "mirrored": _replicas_divide_the_batch,
@@ -84,6 +103,7 @@ _DEVICE_COUNT_RULES: dict[str, Callable] = {
     "multi-worker-mirrored": _hosts_fit,
     "parameter-server": _replicas_divide_the_batch,
     "pipeline": _stages_fit,
+    "hybrid": _mesh_fits,
 }
 
 

@@ -15,8 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from workbench.data import microbatch_rows
+from workbench.data import microbatch_rows, shard_rows
 from workbench.ir import Executable
+from workbench.parallel.collectives import (
+    DEFAULT_BUCKET_BYTES,
+    SubgroupTransport,
+    allreduce,
+    plan_buckets,
+)
 from workbench.parallel.gradient_worker import WorkerSpec, config_from_dict
 from workbench.parallel.pipeline.schedules import make_schedule
 from workbench.parallel.pipeline.stages import (
@@ -53,7 +59,10 @@ class StageWorker:
 
         self.spec, worker = spec, spec.worker
         config = self.config = config_from_dict(worker.config)
-        self.stage, self.stages = worker.rank, len(worker.addresses)
+        # Ranks are replica-major: rank = replica * stages + stage (a 2-D device mesh).
+        self.rank, self.stages = worker.rank, config.stages
+        self.stage, self.replica = self.rank % self.stages, self.rank // self.stages
+        self.replicas = len(worker.addresses) // self.stages
         self.first, self.last = self.stage == 0, self.stage == self.stages - 1
         dataset = load_dataset(config.dataset, seed=config.seed)
         model = self.model = build_model(
@@ -70,7 +79,8 @@ class StageWorker:
             worker.total_steps,
         )
         self.microbatches = config.microbatches
-        self.microbatch = config.batch_size // config.microbatches
+        self.replica_batch = config.batch_size // self.replicas
+        self.microbatch = self.replica_batch // config.microbatches
         layers = split_layers(model, self.stages)[self.stage]
         graphs = build_stage_graphs(
             model, layers, self.microbatch, config.dtype, self.first, self.last
@@ -84,15 +94,25 @@ class StageWorker:
         if worker.initial_optimizer_state:
             slots = {n: worker.initial_optimizer_state[n] for n in slots}
         self.state = {n: np.array(v, copy=True) for n, v in {**params, **slots}.items()}
+        shapes = model.parameter_shapes()
+        self.buckets = plan_buckets(
+            {n: shapes[n] for n in self.names},
+            np.dtype(config.dtype).itemsize,
+            DEFAULT_BUCKET_BYTES,
+        )
         self.actions = make_schedule(config.schedule, self.stages, self.microbatches)[self.stage]
         self.dtype = np.dtype(config.dtype).type
         if self.first or self.last:
             input_dtype = "int64" if model.takes_integer_input else config.dtype
             self.inputs, self.labels = dataset.x_train.astype(input_dtype), dataset.y_train
         self.transport = PeerTransport(
-            worker.run_id, self.stage, worker.addresses, worker.device_names, spec.stall_timeout
+            worker.run_id, self.rank, worker.addresses, worker.device_names, spec.stall_timeout
         )
-        self.device = worker.device_names[self.stage]
+        self.device = worker.device_names[self.rank]
+        # The same stage on every replica: the group that averages this stage's gradients.
+        self.stage_group = SubgroupTransport(
+            self.transport, [r * self.stages + self.stage for r in range(self.replicas)]
+        )
 
     def clock(self) -> float:
         import time
@@ -101,7 +121,8 @@ class StageWorker:
 
     def _rows(self, step: int, microbatch: int):
         rows = self.sampler.batch_indices(step)
-        return rows[microbatch_rows(self.config.batch_size, microbatch, self.microbatches)]
+        rows = rows[shard_rows(self.config.batch_size, self.replica, self.replicas)]
+        return rows[microbatch_rows(self.replica_batch, microbatch, self.microbatches)]
 
     def _feeds(self, step: int, microbatch: int, stage_input) -> dict:
         feeds = {STAGE_INPUT: stage_input}
@@ -128,7 +149,7 @@ class StageWorker:
                     if self.first:
                         stage_input = self.inputs[self._rows(step, m)]
                     else:
-                        stage_input = transport.recv(self.stage - 1, f"s{step}/a{m}")
+                        stage_input = transport.recv(self.rank - 1, f"s{step}/a{m}")
                         self._phase(events, "recv", step, start, 0, stage_input.nbytes)
                     stashed[m] = stage_input
                     start = self.clock()
@@ -138,13 +159,13 @@ class StageWorker:
                         step_loss += float(out["loss"]) / self.microbatches
                     else:
                         start = self.clock()
-                        transport.send_async(self.stage + 1, f"s{step}/a{m}", out[ACTIVATION])
+                        transport.send_async(self.rank + 1, f"s{step}/a{m}", out[ACTIVATION])
                         self._phase(events, "send", step, start, out[ACTIVATION].nbytes)
                 else:
                     feeds = self._feeds(step, m, stashed.pop(m))
                     if not self.last:
                         start = self.clock()
-                        feeds[OUTPUT_GRADIENT] = transport.recv(self.stage + 1, f"s{step}/g{m}")
+                        feeds[OUTPUT_GRADIENT] = transport.recv(self.rank + 1, f"s{step}/g{m}")
                         self._phase(events, "recv", step, start, 0, feeds[OUTPUT_GRADIENT].nbytes)
                     start = self.clock()
                     out = self.backward.run(feeds, self.state)
@@ -157,17 +178,39 @@ class StageWorker:
                     self._phase(events, "compute", step, start)
                     if not self.first:
                         start = self.clock()
-                        transport.send_async(self.stage - 1, f"s{step}/g{m}", out[INPUT_GRADIENT])
+                        transport.send_async(self.rank - 1, f"s{step}/g{m}", out[INPUT_GRADIENT])
                         self._phase(events, "send", step, start, out[INPUT_GRADIENT].nbytes)
             transport.flush()  # every activation and gradient of this step delivered
             start = self.clock()
-            scale = self.dtype(1.0 / self.microbatches)  # mean over equal micro-batches
+            if self.replicas > 1:
+                totals = self._average_over_replicas(step, totals, events)
+            # The mean over equal micro-batches of every replica.
+            scale = self.dtype(1.0 / (self.microbatches * self.replicas))
             feeds = {gradient_name(n): totals[n] * scale for n in self.names}
             feeds[LEARNING_RATE] = np.asarray(self.dtype(self.schedule(step)))
             self.update.run(feeds, self.state)
             self._phase(events, "update", step, start)
             losses.append((step, step_loss if self.last else None))
         return {"events": events, "losses": losses}
+
+    def _average_over_replicas(self, step: int, totals: dict, events: list) -> dict:
+        """Hybrid: ring all-reduce this stage's gradient sums with the same stage of every
+        other replica (data parallelism along the mesh's other axis)."""
+        start = self.clock()
+        sent, received = self.transport.bytes_sent, self.transport.bytes_received
+        summed = {}
+        for index, bucket in enumerate(self.buckets):
+            total = allreduce(self.stage_group, bucket.pack(totals), f"s{step}/dp{index}")
+            summed.update(bucket.unpack(total))
+        self._phase(
+            events,
+            "allreduce",
+            step,
+            start,
+            self.transport.bytes_sent - sent,
+            self.transport.bytes_received - received,
+        )
+        return summed
 
     def snapshot(self) -> dict[str, dict[str, np.ndarray]]:
         names = set(self.names)
