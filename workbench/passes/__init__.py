@@ -7,16 +7,26 @@ Passes never mutate their input; :func:`verify` runs between them.
 
 from workbench.passes.common_subexpressions import eliminate_common_subexpressions
 from workbench.passes.fold_constants import fold_constants
+from workbench.passes.partition import Partitioned, PartitionError, Transfer, partition
 from workbench.passes.pipeline import DEFAULT_PASSES, PassReport, run_passes
+from workbench.passes.place import CostModel, PlacementError, estimate_flops, place
 from workbench.passes.prune import prune
 from workbench.passes.verify import GraphVerificationError, verify
 
 __all__ = [
     "DEFAULT_PASSES",
+    "CostModel",
     "GraphVerificationError",
+    "PartitionError",
+    "Partitioned",
     "PassReport",
+    "PlacementError",
+    "Transfer",
     "eliminate_common_subexpressions",
+    "estimate_flops",
     "fold_constants",
+    "partition",
+    "place",
     "prune",
     "run_passes",
     "verify",

@@ -4,7 +4,7 @@ Each module groups related ops and keeps, for each, its builder function and its
 (impl, shape, vjp, fold) next to each other.
 """
 
-from workbench.ir.ops import sources  # noqa: F401 - registers placeholder/constant/variable
+from workbench.ir.ops import communication, sources  # noqa: F401 - registers the rules
 from workbench.ir.ops.convolution import conv2d, conv2d_filter_grad, conv2d_input_grad
 from workbench.ir.ops.elementwise import (
     add,
