@@ -176,3 +176,10 @@ def test_batch_not_divisible_by_microbatches_is_refused(capsys):
     code = main(["run", "--strategy", "pipeline", "--devices", "2", "--microbatches", "5"])
     err = capsys.readouterr().err
     assert code == 2 and "--microbatches" in err and "divide evenly" in err
+
+
+def test_plan_prints_placement_partitions_and_send_recv_pairs(capsys):
+    assert main(["plan", "--strategy", "model-parallel", "--devices", "2", "--hidden", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "dense_0" in out and "/job:worker/task:1/device:CPU:0" in out
+    assert "send" in out and "recv" in out and "->" in out

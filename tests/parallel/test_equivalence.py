@@ -37,6 +37,7 @@ CONFIGURATIONS = [
     {"strategy": "pipeline", "schedule": "gpipe"},
     {"strategy": "pipeline", "schedule": "1f1b"},
     {"strategy": "hybrid", "schedule": "1f1b"},
+    {"strategy": "model-parallel"},
 ]
 
 

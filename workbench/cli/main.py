@@ -10,6 +10,7 @@ USAGE = """usage: dtrain <command> [flags]
 
 commands:
   run     train a model with a parallel strategy (dtrain run --help)
+  plan    show how model-parallel places and partitions the graph (same flags as run)
   bench   run the benchmark suites side by side with their peers (dtrain bench --help)
 """
 
@@ -45,6 +46,31 @@ def run_command(argv: Sequence[str]) -> int:
     return 0
 
 
+def plan_command(argv: Sequence[str]) -> int:
+    """Print the placement, the partitions and the Send/Recv pairs, without starting anything."""
+    from workbench.cli.flags import parse_run_flags
+    from workbench.data import load_dataset
+    from workbench.models import build_model
+    from workbench.optim import make_optimizer
+    from workbench.parallel.model_parallel_graph import build_model_parallel_graph
+    from workbench.runtime import device_name
+
+    try:
+        config = parse_run_flags(argv, prog="dtrain plan")
+        dataset = load_dataset(config.dataset, seed=config.seed)
+        model = build_model(config.model, dataset.input_shape, dataset.num_classes, config.hidden)
+        devices = [device_name("cpu", task=rank) for rank in range(config.devices)]
+        plan = build_model_parallel_graph(
+            model, make_optimizer(config.optimizer), config.batch_size, config.dtype, devices
+        )
+    except _user_errors() as error:
+        print(f"dtrain plan: error: {error}", file=sys.stderr)
+        return 2
+    print(model.summary())
+    print(plan.describe())
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -53,11 +79,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "run":
         return run_command(rest)
+    if command == "plan":
+        return plan_command(rest)
     if command == "bench":
         from workbench.bench.command import bench_command
 
         return bench_command(rest)
-    print(f"dtrain: error: unknown command {command!r}; choose one of: run, bench", file=sys.stderr)
+    print(
+        f"dtrain: error: unknown command {command!r}; choose one of: run, plan, bench",
+        file=sys.stderr,
+    )
     return 2
 
 

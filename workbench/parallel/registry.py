@@ -17,6 +17,7 @@ STRATEGIES: dict[str, str] = {
     "parameter-server": "workbench.parallel.parameter_server_strategy:ParameterServerStrategy",
     "pipeline": "workbench.parallel.pipeline_strategy:PipelineStrategy",
     "hybrid": "workbench.parallel.pipeline_strategy:HybridStrategy",
+    "model-parallel": "workbench.parallel.model_parallel:ModelParallelStrategy",
 }
 STRATEGY_NAMES: tuple[str, ...] = tuple(STRATEGIES)
 
@@ -104,6 +105,7 @@ _DEVICE_COUNT_RULES: dict[str, Callable] = {
     "parameter-server": _replicas_divide_the_batch,
     "pipeline": _stages_fit,
     "hybrid": _mesh_fits,
+    "model-parallel": lambda config: None,  # any device count up to the number of layers
 }
 
 

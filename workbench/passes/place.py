@@ -3,7 +3,8 @@
 Order of authority: (1) explicit constraints written in model code (``with
 builder.device("/task:1")``), matched by their most specific parts against the real device names
 and refused if they name no device; (2) colocation: a variable's updates, and any node that
-reads a variable only to feed its update, go where the variable lives; (3) the rest by a simple
+reads a variable only to feed its update, go where the variable lives, and backward nodes go
+where their forward node went (TF's ``colocate_gradients_with_ops``); (3) the rest by a simple
 greedy cost model: in topological order, each node goes to the device where it would finish
 first, counting the device's queued work, the op's estimated time (FLOPs / device rate) and the
 time to bring each input from another device (latency + bytes / bandwidth).
@@ -84,6 +85,16 @@ def place(graph: Graph, devices: Sequence[str], cost: CostModel | None = None) -
                 chosen[node.name] = resolve_device(node.device, devices)
             except PlacementError as error:
                 raise PlacementError(f"node {node.name!r}: {error}") from None
+    # Colocation, as TF's colocate_gradients_with_ops: autodiff names each backward node
+    # "gradients/<forward node>/...", and it runs where that forward node runs.
+    for node in graph.nodes:
+        if node.name.startswith("gradients/") and node.name not in chosen:
+            parts = node.name.split("/")[1:]
+            for end in range(len(parts) - 1, 0, -1):
+                forward = "/".join(parts[:end])
+                if forward in chosen:
+                    chosen[node.name] = chosen[forward]
+                    break
     # Colocation: an update runs where its variable lives (its first input is the read).
     for node in graph.nodes:
         if node.op in COLOCATED_WITH_VARIABLE and node.inputs[0].node in chosen:

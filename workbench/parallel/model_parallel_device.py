@@ -1,0 +1,153 @@
+"""A model-parallel device on a Dask worker: runs its partition of the training graph each step.
+
+Its Send/Recv ops reach the peer devices through a per-step rendezvous over the peer transport
+(keys prefixed with the step, so steps never mix); the time a Recv waits is reported as ``recv``
+and the rest of the partition's run as ``compute``, so the events show how much of a
+model-parallel step each device spends waiting on the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench.ir import Executable, Graph
+from workbench.ir.ops.communication import RENDEZVOUS
+from workbench.parallel.gradient_worker import WorkerSpec, config_from_dict
+from workbench.runtime.peer_transport import PeerTransport
+from workbench.runtime.worker_service import device_service
+from workbench.training.graphs import DROPOUT_SEED, INPUTS, LABELS, LEARNING_RATE
+from workbench.training.session import dropout_seed
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    worker: WorkerSpec
+    partition: Graph
+    stall_timeout: float
+
+
+class StepRendezvous:
+    """The ``RENDEZVOUS`` object send/recv ops call: device names -> ranks, keys per step."""
+
+    def __init__(self, transport: PeerTransport, devices: list[str], clock) -> None:
+        self.transport, self.rank_of, self.clock = (
+            transport,
+            {d: i for i, d in enumerate(devices)},
+            clock,
+        )
+        self.step = 0
+        self.waits: list[tuple[float, float, int]] = []
+        self.sent = 0
+
+    def send(self, target: str, key: str, value) -> None:
+        self.transport.send_async(self.rank_of[target], f"s{self.step}/{key}", value)
+        self.sent += int(value.nbytes)
+
+    def recv(self, source: str, key: str):
+        start = self.clock()
+        value = self.transport.recv(self.rank_of[source], f"s{self.step}/{key}")
+        self.waits.append((start, self.clock(), int(value.nbytes)))
+        return value
+
+
+class ModelParallelDevice:
+    def __init__(self, spec: DeviceSpec) -> None:
+        from workbench.data import GlobalBatchSampler, load_dataset
+        from workbench.models import build_model
+        from workbench.optim import LearningRateSchedule, init_slots, make_optimizer
+
+        worker = self.worker = spec.worker
+        config = self.config = config_from_dict(worker.config)
+        dataset = load_dataset(config.dataset, seed=config.seed)
+        model = self.model = build_model(
+            config.model, dataset.input_shape, dataset.num_classes, config.hidden
+        )
+        optimizer = make_optimizer(config.optimizer)
+        self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
+        self.schedule = LearningRateSchedule(
+            config.lr or optimizer.default_learning_rate,
+            config.batch_size,
+            config.warmup_steps,
+            config.lr_scaling,
+            config.lr_decay,
+            worker.total_steps,
+        )
+        self.program = Executable(spec.partition)
+        self.names = tuple(n.attrs["var"] for n in spec.partition.nodes if n.op == "variable")
+        params = worker.initial_parameters or model.init_parameters(config.seed, config.dtype)
+        params = {n: params[n] for n in dict.fromkeys(self.names)}
+        slots = init_slots(optimizer, params)
+        if worker.initial_optimizer_state:
+            slots = {n: worker.initial_optimizer_state[n] for n in slots}
+        self.state = {n: np.array(v, copy=True) for n, v in {**params, **slots}.items()}
+        self.needs = set(self.program.placeholders)
+        if self.needs & {INPUTS, LABELS}:
+            input_dtype = "int64" if model.takes_integer_input else config.dtype
+            self.inputs, self.labels = dataset.x_train.astype(input_dtype), dataset.y_train
+        self.dtype = np.dtype(config.dtype).type
+        self.device = worker.device_names[worker.rank]
+        self.transport = PeerTransport(
+            worker.run_id, worker.rank, worker.addresses, worker.device_names, spec.stall_timeout
+        )
+        self.rendezvous = StepRendezvous(self.transport, list(worker.device_names), self.clock)
+        self.state[RENDEZVOUS] = self.rendezvous
+
+    def clock(self) -> float:
+        import time
+
+        return time.time() - self.worker.clock_origin
+
+    def run(self, first: int, count: int) -> dict[str, Any]:
+        events, losses = [], []
+        for step in range(first, first + count):
+            self.transport.step = self.rendezvous.step = step
+            rows = self.sampler.batch_indices(step)
+            feeds: dict[str, Any] = {}
+            if INPUTS in self.needs:
+                feeds[INPUTS] = self.inputs[rows]
+            if LABELS in self.needs:
+                feeds[LABELS] = self.labels[rows]
+            if LEARNING_RATE in self.needs:
+                feeds[LEARNING_RATE] = np.asarray(self.dtype(self.schedule(step)))
+            if DROPOUT_SEED in self.needs:
+                feeds[DROPOUT_SEED] = dropout_seed(self.config.seed, step)
+            self.rendezvous.waits, self.rendezvous.sent = [], 0
+            start = self.clock()
+            out = self.program.run(feeds, self.state)
+            self.transport.flush()
+            end = self.clock()
+            cursor = start
+            for wait_start, wait_end, nbytes in self.rendezvous.waits:
+                events.append((self.device, "compute", step, cursor, wait_start, 0, 0))
+                events.append((self.device, "recv", step, wait_start, wait_end, 0, nbytes))
+                cursor = wait_end
+            events.append((self.device, "compute", step, cursor, end, 0, 0))
+            if self.rendezvous.sent:
+                events.append((self.device, "send", step, end, end, self.rendezvous.sent, 0))
+            losses.append((step, float(out["loss"]) if "loss" in out else None))
+        return {"events": events, "losses": losses}
+
+    def snapshot(self) -> dict[str, dict[str, np.ndarray]]:
+        names = set(self.names)
+        return {
+            "parameters": {n: self.state[n].copy() for n in names},
+            "optimizer_state": {
+                n: v.copy() for n, v in self.state.items() if n not in names and n != RENDEZVOUS
+            },
+        }
+
+
+def setup_device(spec: DeviceSpec) -> str:
+    device_service().runs[spec.worker.run_id] = ModelParallelDevice(spec)
+    return spec.worker.device_names[spec.worker.rank]
+
+
+def run_device_steps(run_id: str, first: int, count: int) -> dict[str, Any]:
+    return device_service().runs[run_id].run(first, count)
+
+
+def device_snapshot(run_id: str) -> dict:
+    return device_service().runs[run_id].snapshot()
