@@ -61,7 +61,9 @@ def test_float64_matches_one_device(flags, devices, no_leftover_processes):
     assert result.summary["bytes_communicated"] > 0
     assert len(result.summary["per_device"]) == devices + flags.get("ps", 0)
     for device in result.summary["per_device"]:
-        assert device["bytes_sent"] > 0 and device["bytes_received"] > 0, device
+        # Every device takes part in the traffic (a model-parallel device holding only a
+        # reshape sends its activation but needs nothing back).
+        assert device["bytes_sent"] + device["bytes_received"] > 0, device
 
 
 def test_float32_ring_matches_one_device(no_leftover_processes):
