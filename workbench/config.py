@@ -18,6 +18,7 @@ from workbench.models import MODEL_NAMES
 from workbench.optim import DECAY_RULES, OPTIMIZER_NAMES, SCALING_RULES
 
 DTYPE_NAMES = ("float32", "float64")
+COMPRESSION_NAMES = ("none", "float16")
 ALLREDUCE_NAMES = ("ring", "hierarchical-copy", "reduce-to-one")
 MODE_NAMES = ("sync", "async")
 REPLICATION_NAMES = ("in-graph", "between-graph")
@@ -66,6 +67,8 @@ class RunConfig:
     lr_scaling: str = "none"
     lr_decay: str = "cosine"
     stall_timeout: float = 60.0
+    bucket_mb: float = 25.0
+    compression: str = "none"
     hosts: int = 2
     json: bool = False
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -154,6 +157,13 @@ def validate_config(config: RunConfig) -> RunConfig:
     _choice("--lr-scaling", config.lr_scaling, SCALING_RULES, "scaling rule")
     _choice("--lr-decay", config.lr_decay, DECAY_RULES, "decay rule")
     _at_least("--hosts", config.hosts, 1)
+    _at_least("--bucket-mb", config.bucket_mb, 0.001, kind=int | float)
+    _choice("--compression", config.compression, COMPRESSION_NAMES, "compression")
+    if config.compression != "none" and config.strategy not in (
+        "mirrored",
+        "multi-worker-mirrored",
+    ):
+        raise ConfigError("--compression", "applies to mirrored and multi-worker-mirrored")
     _at_least("--stall-timeout", config.stall_timeout, 0.1, kind=int | float)
     _check_checkpoint_paths(config)
     return config

@@ -86,3 +86,27 @@ def test_buckets_pack_and_unpack_every_tensor():
         restored = bucket.unpack(bucket.pack(tensors))
         for name, value in restored.items():
             np.testing.assert_array_equal(value, tensors[name])
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_float16_wire_halves_traffic_and_keeps_ranks_identical(size):
+    from workbench.parallel.collectives import ring_allreduce
+    from workbench.parallel.collectives.compression import compressed_allreduce
+
+    rng = np.random.default_rng(size)
+    inputs = [rng.normal(size=1000).astype(np.float32) for _ in range(size)]
+    transports = ThreadTransport.group(size, timeout=10)
+    results = [None] * size
+
+    def work(rank):
+        results[rank] = compressed_allreduce(ring_allreduce, transports[rank], inputs[rank], "c")
+
+    threads = [threading.Thread(target=work, args=(rank,)) for rank in range(size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert all(r.dtype == np.float32 and r.tobytes() == results[0].tobytes() for r in results)
+    np.testing.assert_allclose(results[0], np.sum(inputs, axis=0), rtol=1e-2, atol=1e-2)
+    full = ring_bytes_per_rank(1000 * 4, size)
+    assert all(abs(t.bytes_sent - full / 2) <= 2 * 2 * size for t in transports)

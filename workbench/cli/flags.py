@@ -97,6 +97,17 @@ def build_parser(prog: str = "dtrain run") -> argparse.ArgumentParser:
     add("--warmup-steps", type=int, default=0, help="linear learning-rate warm-up steps")
     add("--lr-scaling", default="none", help=_allowed(SCALING_RULES) + " (linear: x batch/256)")
     add("--lr-decay", default="cosine", help=_allowed(DECAY_RULES) + " (after warm-up)")
+    add(
+        "--bucket-mb",
+        type=float,
+        default=25.0,
+        help="gradient fusion bucket size in MiB (all-reduce strategies)",
+    )
+    add(
+        "--compression",
+        default="none",
+        help="none | float16 (gradients travel as float16; mirrored strategies)",
+    )
     add("--hosts", type=int, default=2, help="simulated hosts (multi-worker-mirrored, one machine)")
     add(
         "--stall-timeout",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 
 from workbench.events import EventLog
-from workbench.parallel.collectives import DEFAULT_BUCKET_BYTES, even_groups
+from workbench.parallel.collectives import even_groups
 from workbench.parallel.dispatch import submit_each, wait_all
 from workbench.parallel.gradient_worker import WorkerSpec
 from workbench.parallel.replica import (
@@ -87,7 +87,8 @@ class DataParallelStrategy:
                         algorithm=self.algorithm(),
                         groups=self.groups(session.addresses),
                         central_storage=self.central_storage,
-                        bucket_bytes=DEFAULT_BUCKET_BYTES,
+                        bucket_bytes=int(config.bucket_mb * 2**20),
+                        compression=config.compression,
                     ),
                 )
                 for rank in range(len(session.addresses))

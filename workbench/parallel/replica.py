@@ -15,6 +15,7 @@ import numpy as np
 
 from workbench.ir import Executable
 from workbench.parallel.collectives import allreduce, broadcast, plan_buckets, reduce
+from workbench.parallel.collectives.compression import compressed_allreduce
 from workbench.parallel.gradient_worker import GradientWorker, WorkerSpec
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
@@ -29,6 +30,7 @@ class ReplicaSpec:
     groups: tuple[tuple[int, ...], ...]
     bucket_bytes: int
     central_storage: bool = False  # variables kept and updated on rank 0 only
+    compression: str = "none"  # "float16": gradients travel as float16
 
 
 class Replica(GradientWorker):
@@ -78,16 +80,20 @@ class Replica(GradientWorker):
     def _allreduce(self, step: int, gradients: dict) -> dict:
         averaged = {}
         for index, bucket in enumerate(self.buckets):
-            total = allreduce(
-                self.transport,
-                bucket.pack(gradients),
-                f"s{step}/b{index}",
-                self.replica_spec.algorithm,
-                self.replica_spec.groups,
-            )
+            total = self._reduce(bucket.pack(gradients), f"s{step}/b{index}")
             total *= self.scale  # the sum of per-replica means -> the global-batch mean
             averaged.update(bucket.unpack(total))
         return averaged
+
+    def _reduce(self, flat, key: str):
+        spec = self.replica_spec
+
+        def reduce(transport, array, name):
+            return allreduce(transport, array, name, spec.algorithm, spec.groups)
+
+        if spec.compression == "float16":
+            return compressed_allreduce(reduce, self.transport, flat, key)
+        return reduce(self.transport, flat, key)
 
     def _apply(self, step: int, averaged: dict) -> None:
         feeds = {gradient_name(name): averaged[name] for name in self.names}
