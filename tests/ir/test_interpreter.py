@@ -110,3 +110,19 @@ def test_dropout_is_seeded_and_scaled():
     assert not np.array_equal(first, other)
     assert set(np.unique(first)) == {0.0, 1.0 / 0.75}
     assert 0.2 < np.mean(first == 0) < 0.3
+
+
+def test_on_fetch_sees_each_fetched_value_as_soon_as_it_exists():
+    b = GraphBuilder()
+    x = b.placeholder("x", (2,), "float64")
+    first = ops.exp(x)
+    second = ops.tanh(first) * 2.0
+    seen = []
+    program = Executable(b.build({"first": first, "second": second}))
+
+    def record(name, value):
+        seen.append((name, value.copy(), "second" in [s[0] for s in seen]))
+
+    out = program.run({"x": np.zeros(2)}, on_fetch=record)
+    assert [name for name, _, _ in seen] == ["first", "second"]
+    np.testing.assert_array_equal(seen[0][1], out["first"])

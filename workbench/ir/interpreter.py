@@ -70,6 +70,15 @@ class Executable:
                 )
             )
         self.fetch_slots = {key: slot_of[value] for key, value in self.fetches.items()}
+        # Where each fetched value is produced: on_fetch fires right after that step.
+        produced_at = {
+            slot: position for (_, _, _, outputs, _, _, position) in self.steps for slot in outputs
+        }
+        self._fetched_at: dict[int, tuple[str, ...]] = {}
+        for key, slot in self.fetch_slots.items():
+            if slot in produced_at:
+                self._fetched_at.setdefault(produced_at[slot], ())
+                self._fetched_at[produced_at[slot]] += (key,)
         kept = set(self.fetch_slots.values())
         # After each step, forget the values nobody reads later (unless they are fetched).
         self._release: dict[int, tuple[int, ...]] = {}
@@ -83,9 +92,12 @@ class Executable:
         feeds: Mapping[str, Any],
         state: dict[str, Any] | None = None,
         xp: Any = None,
+        on_fetch: Any = None,
     ) -> dict[str, Any]:
         """Execute once. ``feeds`` maps placeholder names to arrays; ``state`` is the variable
-        store that ``variable`` and update ops read and write in place."""
+        store that ``variable`` and update ops read and write in place. ``on_fetch(name,
+        value)``, if given, is called as soon as each fetched value is computed (how a
+        data-parallel device starts reducing a gradient bucket while backward goes on)."""
         if xp is None:
             import numpy as xp
         missing = set(self.placeholders) - set(feeds)
@@ -114,6 +126,9 @@ class Executable:
             elif outputs:
                 for slot, item in zip(outputs, result):
                     values[slot] = item
+            if on_fetch is not None:
+                for key in self._fetched_at.get(position, ()):
+                    on_fetch(key, values[self.fetch_slots[key]])
             for slot in release.get(position, ()):
                 values[slot] = None
         return {key: values[slot] for key, slot in self.fetch_slots.items()}

@@ -92,13 +92,16 @@ class GradientWorker:
         rows = self.sampler.batch_indices(step)[self.rows]
         return self.inputs[rows], self.labels[rows]
 
-    def compute(self, step: int, fed: tuple | None = None) -> tuple[dict[str, Any], float]:
-        """Gradients (by parameter name) and the loss of this device's slice of step ``step``."""
+    def compute(
+        self, step: int, fed: tuple | None = None, on_fetch=None
+    ) -> tuple[dict[str, Any], float]:
+        """Gradients (by parameter name) and the loss of this device's slice of step ``step``;
+        ``on_fetch(name, value)`` sees each gradient as soon as backward produces it."""
         inputs, labels = self.batch(step, fed)
         feeds = {INPUTS: inputs, LABELS: labels}
         if self.model.uses_dropout:
             feeds[DROPOUT_SEED] = dropout_seed(self.config.seed, step)
-        out = self.gradients.run(feeds, self.state)
+        out = self.gradients.run(feeds, self.state, on_fetch=on_fetch)
         return {name: out[gradient_name(name)] for name in self.names}, float(out["loss"])
 
     def snapshot(self) -> dict[str, dict[str, np.ndarray]]:

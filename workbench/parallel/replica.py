@@ -8,6 +8,7 @@ Nothing but small step requests and summaries travel through the client.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,19 +50,24 @@ class Replica(GradientWorker):
             self.model.parameter_shapes(), np.dtype(self.config.dtype).itemsize, spec.bucket_bytes
         )
         self.scale = self.dtype(1.0 / self.spec.replicas)
+        self.bucket_of = {name: i for i, b in enumerate(self.buckets) for name in b.names}
+        # One thread: buckets are reduced one after another, in the order they completed.
+        self.communication = ThreadPoolExecutor(1, thread_name_prefix="allreduce")
 
     def run(self, first: int, count: int) -> dict[str, Any]:
         events, losses = [], []
         for step in range(first, first + count):
             self.transport.step = step
             start = self.clock()
-            gradients, loss = self.compute(step)
+            sent, received = self.transport.bytes_sent, self.transport.bytes_received
+            reductions: list = []
+            overlap = None if self.replica_spec.central_storage else self._overlap(step, reductions)
+            gradients, loss = self.compute(step, on_fetch=overlap)
             computed = self.clock()
             if self.replica_spec.central_storage:
                 events += self._central_update(step, gradients, start, computed)
             else:
-                sent, received = self.transport.bytes_sent, self.transport.bytes_received
-                averaged = self._allreduce(step, gradients)
+                averaged = self._finish_reductions(step, reductions)
                 reduced = self.clock()
                 self._apply(step, averaged)
                 updated = self.clock()
@@ -69,20 +75,47 @@ class Replica(GradientWorker):
                     self.transport.bytes_sent - sent,
                     self.transport.bytes_received - received,
                 )
+                first_bucket = reductions[0][2] if reductions else computed
                 events += [
                     (self.device, "compute", step, start, computed, 0, 0),
-                    (self.device, "allreduce", step, computed, reduced, *traffic),
+                    # Starts inside the backward pass: the overlap is visible on the timeline.
+                    (self.device, "allreduce", step, first_bucket, reduced, *traffic),
                     (self.device, "update", step, reduced, updated, 0, 0),
                 ]
             losses.append((step, loss))
         return {"events": events, "losses": losses}
 
-    def _allreduce(self, step: int, gradients: dict) -> dict:
+    def _overlap(self, step: int, reductions: list):
+        """A callback for the backward pass: when the last gradient of a bucket appears, the
+        bucket goes to the communication thread while backward continues (DDP's overlap).
+        Buckets complete in the same order on every replica (same graph, same schedule), and
+        the one communication thread reduces them in that order, so the collectives match."""
+        filled: dict[int, dict] = {index: {} for index in range(len(self.buckets))}
+
+        def gradient_ready(key: str, value) -> None:
+            name = key.removeprefix("grad/")
+            if name == key:
+                return
+            index = self.bucket_of[name]
+            filled[index][name] = value
+            bucket = self.buckets[index]
+            if len(filled[index]) == len(bucket.names):
+                flat = bucket.pack(filled.pop(index))
+                future = self.communication.submit(self._reduce, flat, f"s{step}/b{index}")
+                reductions.append((index, future, self.clock()))
+
+        return gradient_ready
+
+    def _finish_reductions(self, step: int, reductions: list) -> dict:
         averaged = {}
-        for index, bucket in enumerate(self.buckets):
-            total = self._reduce(bucket.pack(gradients), f"s{step}/b{index}")
+        for index, future, _ in reductions:
+            total = future.result()
             total *= self.scale  # the sum of per-replica means -> the global-batch mean
-            averaged.update(bucket.unpack(total))
+            averaged.update(self.buckets[index].unpack(total))
+        if len(averaged) != len(self.names):
+            raise RuntimeError(
+                f"step {step}: only {len(averaged)} of {len(self.names)} gradients were reduced"
+            )
         return averaged
 
     def _reduce(self, flat, key: str):
