@@ -32,6 +32,7 @@ from workbench.models import (
     MaxPool2D,
     Sequential,
     build_model,
+    device,
 )
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.training.runner import RunResult, run_training
@@ -62,6 +63,7 @@ __all__ = [
     "RunResult",
     "Sequential",
     "build_model",
+    "device",
     "gradients",
     "load_checkpoint",
     "load_dataset",

@@ -17,6 +17,7 @@ from workbench.models.layers import (
     LayerNorm,
     MaxPool2D,
     ModelError,
+    device,
 )
 from workbench.models.presets import MODEL_NAMES, build_model, cnn, mlp, transformer
 from workbench.models.sequential import Sequential
@@ -43,6 +44,7 @@ __all__ = [
     "TransformerBlock",
     "build_model",
     "cnn",
+    "device",
     "mlp",
     "transformer",
 ]

@@ -8,6 +8,9 @@ graph (``apply``: IR tensors in, IR tensor out). Parameters are named by layer p
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -48,9 +51,39 @@ def _check_activation(activation: str | None) -> None:
         raise ModelError(f"activation {activation!r} is not one of {', '.join(ACTIVATIONS)}")
 
 
+_DEVICE_SCOPE = threading.local()
+
+
+@contextlib.contextmanager
+def device(name: str) -> Iterator[None]:
+    """Pin the layers created inside to a device, like ``tf.device``: ``"/task:1"`` matches
+    ``/job:worker/task:1/device:CPU:0``. Honoured by the model-parallel strategy's placer.
+
+    Examples
+    --------
+    >>> with device("/task:1"):
+    ...     head = Dense(10)
+    >>> head.device
+    '/task:1'
+    """
+    stack = _DEVICE_SCOPE.__dict__.setdefault("stack", [])
+    stack.append(name)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
 class Layer:
     kind: ClassVar[str] = "layer"
     name: str = ""
+    device: str | None = None
+
+    def __new__(cls, *args, **kwargs):
+        layer = super().__new__(cls)
+        stack = getattr(_DEVICE_SCOPE, "stack", None)
+        layer.device = stack[-1] if stack else None
+        return layer
 
     def build(self, input_shape: tuple[int, ...], rng: np.random.Generator):
         """Return (parameters by short name, output shape)."""

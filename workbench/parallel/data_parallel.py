@@ -39,6 +39,7 @@ def worker_spec(
         device_names=tuple(session.device_names),
         clock_origin=job.clock_origin,
         total_steps=job.total_steps,
+        model=job.model,
         reads_own_data=reads_own_data,
         initial_parameters=job.initial_parameters,
         initial_optimizer_state=job.initial_optimizer_state,

@@ -17,7 +17,6 @@ import numpy as np
 from workbench.config import RunConfig
 from workbench.data import GlobalBatchSampler, load_dataset, shard_rows
 from workbench.ir import Executable
-from workbench.models import build_model
 from workbench.optim import LearningRateSchedule, init_slots, make_optimizer
 from workbench.training.graphs import (
     DROPOUT_SEED,
@@ -45,6 +44,7 @@ class WorkerSpec:
     device_names: tuple[str, ...]
     clock_origin: float
     total_steps: int
+    model: Any = None  # the Sequential to train (built once by the client, pickled here)
     reads_own_data: bool = True  # between-graph; False: the client feeds batches (in-graph)
     initial_parameters: dict | None = None
     initial_optimizer_state: dict | None = None
@@ -55,9 +55,7 @@ class GradientWorker:
         self.spec = spec
         config = self.config = config_from_dict(spec.config)
         dataset = load_dataset(config.dataset, seed=config.seed)
-        self.model = build_model(
-            config.model, dataset.input_shape, dataset.num_classes, config.hidden
-        )
+        self.model = spec.model
         self.optimizer = make_optimizer(config.optimizer)
         self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
         self.schedule = LearningRateSchedule(

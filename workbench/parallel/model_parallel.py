@@ -38,7 +38,20 @@ class ModelParallelStrategy:
     def check_model(self, model) -> None:
         from workbench.config import ConfigError
         from workbench.parallel.pipeline.stages import StageError, split_layers
+        from workbench.passes import PlacementError
+        from workbench.passes.place import resolve_device
 
+        if any(layer.device for layer in model.layers):
+            kind = "gpu" if self.config.device_type == "gpu" else "cpu"
+            for layer in model.layers:
+                if layer.device:
+                    try:
+                        resolve_device(layer.device, self.device_names(kind))
+                    except PlacementError as error:
+                        raise ConfigError(
+                            "device constraint", f"layer {layer.name}: {error}"
+                        ) from None
+            return
         try:
             split_layers(model, self.config.devices)
         except StageError as error:

@@ -56,15 +56,12 @@ class StepRendezvous:
 class ModelParallelDevice:
     def __init__(self, spec: DeviceSpec) -> None:
         from workbench.data import GlobalBatchSampler, load_dataset
-        from workbench.models import build_model
         from workbench.optim import LearningRateSchedule, init_slots, make_optimizer
 
         worker = self.worker = spec.worker
         config = self.config = config_from_dict(worker.config)
         dataset = load_dataset(config.dataset, seed=config.seed)
-        model = self.model = build_model(
-            config.model, dataset.input_shape, dataset.num_classes, config.hidden
-        )
+        model = self.model = worker.model
         optimizer = make_optimizer(config.optimizer)
         self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
         self.schedule = LearningRateSchedule(

@@ -17,7 +17,8 @@ from workbench.ir import Graph, GraphBuilder, gradients, ops
 from workbench.models import ApplyContext, Sequential
 from workbench.optim import Optimizer, emit_updates
 from workbench.parallel.pipeline.stages import split_layers
-from workbench.passes import Partitioned, partition, place, run_passes
+from workbench.passes import Partitioned, PlacementError, partition, place, run_passes
+from workbench.passes.place import resolve_device
 from workbench.training.graphs import DROPOUT_SEED, INPUTS, LABELS, LEARNING_RATE
 
 
@@ -38,8 +39,19 @@ class ModelParallelPlan:
 def build_model_parallel_graph(
     model: Sequential, optimizer: Optimizer, batch_size: int, dtype: str, devices: Sequence[str]
 ) -> ModelParallelPlan:
-    groups = split_layers(model, len(devices))
-    device_of_layer = {i: devices[g] for g, layers in enumerate(groups) for i in layers}
+    if any(layer.device for layer in model.layers):
+        # The user's constraints decide; unconstrained layers follow the layer before them.
+        device_of_layer, current = {}, devices[0]
+        for index, layer in enumerate(model.layers):
+            if layer.device:
+                try:
+                    current = resolve_device(layer.device, devices)
+                except PlacementError as error:
+                    raise PlacementError(f"layer {layer.name}: {error}") from None
+            device_of_layer[index] = current
+    else:
+        groups = split_layers(model, len(devices))
+        device_of_layer = {i: devices[g] for g, layers in enumerate(groups) for i in layers}
     shapes = model.parameter_shapes()
     builder = GraphBuilder()
     input_dtype = "int64" if model.takes_integer_input else dtype

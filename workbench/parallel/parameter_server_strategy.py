@@ -69,10 +69,9 @@ class ParameterServerStrategy:
                         optimizer_state={
                             s: v for s, v in slots.items() if s.rsplit("/", 1)[0] in placement[k]
                         },
-                        input_shape=job.dataset.input_shape,
+                        model=job.model,
                         device=session.device_names[shard_ranks[k]],
                         clock_origin=job.clock_origin,
-                        num_classes=job.dataset.num_classes,
                     ),
                 )
                 for k in range(shards)

@@ -17,7 +17,7 @@ from workbench.checkpoint import load_checkpoint, save_checkpoint
 from workbench.config import ConfigError, RunConfig, total_steps, validate_config
 from workbench.data import DatasetError, GlobalBatchSampler, load_dataset
 from workbench.events import EventLog, bubble_fraction, summarize
-from workbench.models import build_model
+from workbench.models import Sequential, build_model
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.parallel.registry import strategy_class
 from workbench.runtime import array_module, resolve_device_type
@@ -56,8 +56,12 @@ def run_training(
     log: EventLog | None = None,
     progress: Progress = stderr_progress,
     job_hook=None,
+    model: Sequential | None = None,
 ) -> RunResult:
-    """Train as ``config`` says and return the ``--json`` summary plus the final variables."""
+    """Train as ``config`` says and return the ``--json`` summary plus the final variables.
+
+    ``model`` replaces the ``--model`` preset with a model built in Python (its input shape and
+    classes must fit the data set)."""
     wall_start = time.perf_counter()
     config = validate_config(config)
     device_type = resolve_device_type(config.device_type)
@@ -68,7 +72,16 @@ def run_training(
         dataset = load_dataset(config.dataset, seed=config.seed)
     except DatasetError as error:
         raise ConfigError("--dataset", str(error)) from None
-    model = build_model(config.model, dataset.input_shape, dataset.num_classes, config.hidden)
+    if model is None:
+        model = build_model(config.model, dataset.input_shape, dataset.num_classes, config.hidden)
+    elif model.input_shape != tuple(dataset.input_shape) or model.output_shape != (
+        dataset.num_classes,
+    ):
+        raise ConfigError(
+            "model",
+            f"the model maps {model.input_shape} to {model.output_shape}, but {dataset.name} "
+            f"has inputs {tuple(dataset.input_shape)} and {dataset.num_classes} classes",
+        )
     optimizer = make_optimizer(config.optimizer)
     try:
         sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)

@@ -42,8 +42,7 @@ class ShardSpec:
     stall_timeout: float
     parameters: dict  # this shard's initial variables
     optimizer_state: dict  # and their slots
-    input_shape: tuple[int, ...]
-    num_classes: int
+    model: Any
     device: str
     clock_origin: float
 
@@ -56,12 +55,11 @@ def shard_bucket(shapes: dict, names, itemsize: int) -> Bucket:
 
 class ParameterShard:
     def __init__(self, spec: ShardSpec) -> None:
-        from workbench.models import build_model
         from workbench.optim import LearningRateSchedule, make_optimizer
 
         self.spec = spec
         config = config_from_dict(spec.config)
-        model = build_model(config.model, spec.input_shape, spec.num_classes, config.hidden)
+        model = spec.model
         optimizer = make_optimizer(config.optimizer)
         self.update = Executable(build_update_graph(model, optimizer, config.dtype, spec.names))
         self.schedule = LearningRateSchedule(

@@ -54,7 +54,6 @@ class StageSpec:
 class StageWorker:
     def __init__(self, spec: StageSpec) -> None:
         from workbench.data import GlobalBatchSampler, load_dataset
-        from workbench.models import build_model
         from workbench.optim import LearningRateSchedule, init_slots, make_optimizer
 
         self.spec, worker = spec, spec.worker
@@ -65,9 +64,7 @@ class StageWorker:
         self.replicas = len(worker.addresses) // self.stages
         self.first, self.last = self.stage == 0, self.stage == self.stages - 1
         dataset = load_dataset(config.dataset, seed=config.seed)
-        model = self.model = build_model(
-            config.model, dataset.input_shape, dataset.num_classes, config.hidden
-        )
+        model = self.model = worker.model
         optimizer = make_optimizer(config.optimizer)
         self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
         self.schedule = LearningRateSchedule(
