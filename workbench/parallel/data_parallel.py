@@ -8,21 +8,11 @@ as the slowest replica: that is the price of synchronous updates.
 
 from __future__ import annotations
 
-import contextlib
-
 from workbench.events import EventLog
 from workbench.parallel.collectives import even_groups
-from workbench.parallel.dispatch import submit_each, wait_all
+from workbench.parallel.device_run import DevicePlan, SetupGroup, run_on_devices
 from workbench.parallel.gradient_worker import WorkerSpec
-from workbench.parallel.replica import (
-    ReplicaSpec,
-    drop_replica,
-    replica_snapshot,
-    run_replica_steps,
-    setup_replica,
-)
-from workbench.parallel.step_loop import drive_steps
-from workbench.runtime.cluster import start_cluster
+from workbench.parallel.replica import ReplicaSpec, run_replica_steps, setup_replica
 from workbench.training.job import Progress, TrainingJob
 from workbench.training.session import TrainingSession
 
@@ -76,63 +66,27 @@ class DataParallelStrategy:
 
     def train(self, job: TrainingJob, log: EventLog, progress: Progress) -> TrainingSession:
         config = self.config
-        with start_cluster(config.devices, job.device_type, config.cluster) as session:
-            if session.dashboard_link:
-                progress(f"[{self.name}] Dask dashboard: {session.dashboard_link}")
-            replicas = len(session.addresses)
+
+        def plan(session) -> DevicePlan:
+            ranks = range(len(session.addresses))
             specs = [
-                (
-                    ReplicaSpec(
-                        worker=worker_spec(session, job, rank, len(session.addresses)),
-                        stall_timeout=config.stall_timeout,
-                        algorithm=self.algorithm(),
-                        groups=self.groups(session.addresses),
-                        central_storage=self.central_storage,
-                        bucket_bytes=int(config.bucket_mb * 2**20),
-                        compression=config.compression,
-                    ),
+                ReplicaSpec(
+                    worker=worker_spec(session, job, rank, len(ranks)),
+                    stall_timeout=config.stall_timeout,
+                    algorithm=self.algorithm(),
+                    groups=self.groups(session.addresses),
+                    central_storage=self.central_storage,
+                    bucket_bytes=int(config.bucket_mb * 2**20),
+                    compression=config.compression,
                 )
-                for rank in range(len(session.addresses))
+                for rank in ranks
             ]
-            setup = submit_each(session, self.name, "setup", None, setup_replica, specs)
-            wait_all(session, setup, "setup", None, deadline=config.stall_timeout + 120)
-            try:
-                drive_steps(
-                    session,
-                    job,
-                    log,
-                    progress,
-                    self.name,
-                    run_replica_steps,
-                    lambda step, count: [(session.run_id, step, count)] * replicas,
-                )
-                snapshot = wait_all(
-                    session,
-                    [
-                        session.client.submit(
-                            replica_snapshot,
-                            session.run_id,
-                            workers=[session.addresses[0]],
-                            pure=False,
-                        )
-                    ],
-                    "gathering variables",
-                    job.total_steps,
-                    deadline=config.stall_timeout,
-                )[0]
-            finally:
-                cleanup = submit_each(
-                    session,
-                    self.name,
-                    "cleanup",
-                    None,
-                    drop_replica,
-                    [(session.run_id,)] * len(session.addresses),
-                )
-                with contextlib.suppress(Exception):  # the cluster is closed next anyway
-                    wait_all(session, cleanup, "cleanup", None, deadline=10)
-        host = TrainingSession(
-            job.model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed
-        )
-        host.load_state(snapshot["parameters"], snapshot["optimizer_state"])
-        return host
+            return DevicePlan(
+                setups=[SetupGroup(setup_replica, specs, ranks)],
+                step_function=run_replica_steps,
+                step_arguments=lambda step, count: [(session.run_id, step, count)] * len(ranks),
+                step_ranks=ranks,
+                snapshot_ranks=[0],  # mirrored: every replica holds the same variables
+            )
+
+        return run_on_devices(self.name, job, log, progress, config.devices, plan)

@@ -144,7 +144,3 @@ def setup_device(spec: DeviceSpec) -> str:
 
 def run_device_steps(run_id: str, first: int, count: int) -> dict[str, Any]:
     return device_service().runs[run_id].run(first, count)
-
-
-def device_snapshot(run_id: str) -> dict:
-    return device_service().runs[run_id].snapshot()

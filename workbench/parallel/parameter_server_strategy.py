@@ -11,24 +11,18 @@ every step, so all input flows through one node.
 
 from __future__ import annotations
 
-import contextlib
-
 from workbench.events import EventLog
 from workbench.optim import init_slots
 from workbench.parallel.data_parallel import worker_spec
-from workbench.parallel.dispatch import submit_each, wait_all
+from workbench.parallel.device_run import DevicePlan, SetupGroup, run_on_devices
 from workbench.parallel.parameter_server.partitioner import partition_variables
 from workbench.parallel.parameter_server.shard_service import ShardSpec, setup_shard
 from workbench.parallel.parameter_server.worker_loop import (
     ParameterServerWorkerSpec,
     run_ps_worker_steps,
     setup_ps_worker,
-    shard_snapshot,
 )
-from workbench.parallel.replica import drop_replica
-from workbench.parallel.step_loop import drive_steps
 from workbench.runtime import device_name
-from workbench.runtime.cluster import start_cluster
 from workbench.training.job import Progress, TrainingJob
 from workbench.training.session import TrainingSession
 
@@ -49,107 +43,53 @@ class ParameterServerStrategy:
         params = job.initial_parameters or model.init_parameters(config.seed, config.dtype)
         slots = job.initial_optimizer_state or init_slots(job.optimizer, params)
         placement = partition_variables(model.parameter_shapes(), shards)
-        jobs = (("worker", workers), ("ps", shards))
-        with start_cluster(workers + shards, job.device_type, config.cluster, jobs=jobs) as session:
-            if session.dashboard_link:
-                progress(f"[{self.name}] Dask dashboard: {session.dashboard_link}")
-            worker_ranks = list(range(workers))
-            shard_ranks = list(range(workers, workers + shards))
+        in_graph = config.replication == "in-graph"
+        worker_ranks = list(range(workers))
+        shard_ranks = list(range(workers, workers + shards))
+
+        def plan(session) -> DevicePlan:
             shard_specs = [
-                (
-                    ShardSpec(
-                        run_id=session.run_id,
-                        config=config.to_dict(),
-                        shard=k,
-                        names=tuple(placement[k]),
-                        workers=workers,
-                        total_steps=job.total_steps,
-                        stall_timeout=config.stall_timeout,
-                        parameters={n: params[n] for n in placement[k]},
-                        optimizer_state={
-                            s: v for s, v in slots.items() if s.rsplit("/", 1)[0] in placement[k]
-                        },
-                        model=job.model,
-                        device=session.device_names[shard_ranks[k]],
-                        clock_origin=job.clock_origin,
-                    ),
+                ShardSpec(
+                    run_id=session.run_id,
+                    config=config.to_dict(),
+                    shard=k,
+                    names=tuple(placement[k]),
+                    workers=workers,
+                    total_steps=job.total_steps,
+                    stall_timeout=config.stall_timeout,
+                    parameters={n: params[n] for n in placement[k]},
+                    optimizer_state={
+                        s: v for s, v in slots.items() if s.rsplit("/", 1)[0] in placement[k]
+                    },
+                    model=model,
+                    device=session.device_names[shard_ranks[k]],
+                    clock_origin=job.clock_origin,
                 )
                 for k in range(shards)
             ]
-            in_graph = config.replication == "in-graph"
             worker_specs = [
-                (
-                    ParameterServerWorkerSpec(
-                        worker=worker_spec(
-                            session, job, rank, workers, reads_own_data=not in_graph
-                        ),
-                        shard_addresses=tuple(session.addresses[r] for r in shard_ranks),
-                        shard_devices=tuple(session.device_names[r] for r in shard_ranks),
-                        shard_names=tuple(tuple(names) for names in placement),
-                    ),
+                ParameterServerWorkerSpec(
+                    worker=worker_spec(session, job, rank, workers, reads_own_data=not in_graph),
+                    shard_addresses=tuple(session.addresses[r] for r in shard_ranks),
+                    shard_devices=tuple(session.device_names[r] for r in shard_ranks),
+                    shard_names=tuple(tuple(names) for names in placement),
                 )
                 for rank in worker_ranks
             ]
-            deadline = config.stall_timeout + 120
-            ready = submit_each(
-                session, self.name, "setup", None, setup_shard, shard_specs, ranks=shard_ranks
+            return DevicePlan(
+                # Shards first: workers pull from them as soon as they start.
+                setups=[
+                    SetupGroup(setup_shard, shard_specs, shard_ranks),
+                    SetupGroup(setup_ps_worker, worker_specs, worker_ranks),
+                ],
+                step_function=run_ps_worker_steps,
+                step_arguments=self._step_arguments(session, job, in_graph),
+                step_ranks=worker_ranks,
+                snapshot_ranks=shard_ranks,  # the shards hold the variables
             )
-            wait_all(session, ready, "setup", None, deadline, ranks=shard_ranks)
-            ready = submit_each(
-                session, self.name, "setup", None, setup_ps_worker, worker_specs, ranks=worker_ranks
-            )
-            wait_all(session, ready, "setup", None, deadline, ranks=worker_ranks)
-            try:
-                drive_steps(
-                    session,
-                    job,
-                    log,
-                    progress,
-                    self.name,
-                    run_ps_worker_steps,
-                    self._step_arguments(session, job, in_graph),
-                    ranks=worker_ranks,
-                )
-                snapshots = wait_all(
-                    session,
-                    submit_each(
-                        session,
-                        self.name,
-                        "snapshot",
-                        None,
-                        shard_snapshot,
-                        [(session.run_id,)] * shards,
-                        ranks=shard_ranks,
-                    ),
-                    "gathering variables",
-                    job.total_steps,
-                    deadline,
-                    ranks=shard_ranks,
-                )
-            finally:
-                cleanup = submit_each(
-                    session,
-                    self.name,
-                    "cleanup",
-                    None,
-                    drop_replica,
-                    [(session.run_id,)] * (workers + shards),
-                )
-                with contextlib.suppress(Exception):
-                    wait_all(session, cleanup, "cleanup", None, deadline=10)
-        for snapshot in snapshots:
-            for event in snapshot["events"]:
-                log.phase(*event)
-        state = {name: value for snap in snapshots for name, value in snap["state"].items()}
 
-        names = set(model.parameter_shapes())
-        host = TrainingSession(
-            model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed
-        )
-        host.load_state(
-            {n: state[n] for n in names}, {n: v for n, v in state.items() if n not in names}
-        )
-        return host
+        jobs = (("worker", workers), ("ps", shards))
+        return run_on_devices(self.name, job, log, progress, workers + shards, plan, jobs)
 
     def _step_arguments(self, session, job: TrainingJob, in_graph: bool):
         workers = self.config.devices

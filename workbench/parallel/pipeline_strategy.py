@@ -8,21 +8,15 @@ one-device training. The idle time while a stage waits (the bubble) shows in its
 
 from __future__ import annotations
 
-import contextlib
-
 from workbench.events import EventLog
 from workbench.parallel.data_parallel import worker_spec
-from workbench.parallel.dispatch import submit_each, wait_all
+from workbench.parallel.device_run import DevicePlan, SetupGroup, run_on_devices
 from workbench.parallel.pipeline.stage_worker import (
     StageSpec,
     run_stage_steps,
     setup_stage,
-    stage_snapshot,
 )
-from workbench.parallel.replica import drop_replica
-from workbench.parallel.step_loop import drive_steps
 from workbench.runtime import device_name
-from workbench.runtime.cluster import start_cluster
 from workbench.training.job import Progress, TrainingJob
 from workbench.training.session import TrainingSession
 
@@ -48,58 +42,22 @@ class PipelineStrategy:
 
     def train(self, job: TrainingJob, log: EventLog, progress: Progress) -> TrainingSession:
         config = self.config
-        devices, stages = config.devices, config.stages
-        with start_cluster(devices, job.device_type, config.cluster) as session:
-            if session.dashboard_link:
-                progress(f"[{self.name}] Dask dashboard: {session.dashboard_link}")
+
+        def plan(session) -> DevicePlan:
+            ranks = range(config.devices)
             specs = [
-                (StageSpec(worker_spec(session, job, rank, 1), config.stall_timeout),)
-                for rank in range(devices)
+                StageSpec(worker_spec(session, job, rank, 1), config.stall_timeout)
+                for rank in ranks
             ]
-            ready = submit_each(session, self.name, "setup", None, setup_stage, specs)
-            wait_all(session, ready, "setup", None, config.stall_timeout + 120)
-            first_replica = range(stages)  # replica 0's stages hold every variable
-            try:
-                drive_steps(
-                    session,
-                    job,
-                    log,
-                    progress,
-                    self.name,
-                    run_stage_steps,
-                    lambda step, count: [(session.run_id, step, count)] * devices,
-                )
-                snapshot = submit_each(
-                    session,
-                    self.name,
-                    "snapshot",
-                    None,
-                    stage_snapshot,
-                    [(session.run_id,)] * stages,
-                    ranks=first_replica,
-                )
-                snapshots = wait_all(
-                    session,
-                    snapshot,
-                    "gathering variables",
-                    job.total_steps,
-                    config.stall_timeout,
-                    ranks=first_replica,
-                )
-            finally:
-                cleanup = submit_each(
-                    session, self.name, "cleanup", None, drop_replica, [(session.run_id,)] * devices
-                )
-                with contextlib.suppress(Exception):
-                    wait_all(session, cleanup, "cleanup", None, deadline=10)
-        host = TrainingSession(
-            job.model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed
-        )
-        host.load_state(
-            {n: v for snap in snapshots for n, v in snap["parameters"].items()},
-            {n: v for snap in snapshots for n, v in snap["optimizer_state"].items()},
-        )
-        return host
+            return DevicePlan(
+                setups=[SetupGroup(setup_stage, specs, ranks)],
+                step_function=run_stage_steps,
+                step_arguments=lambda step, count: [(session.run_id, step, count)] * len(ranks),
+                step_ranks=ranks,
+                snapshot_ranks=range(config.stages),  # replica 0's stages hold every variable
+            )
+
+        return run_on_devices(self.name, job, log, progress, config.devices, plan)
 
 
 class HybridStrategy(PipelineStrategy):

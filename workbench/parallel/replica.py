@@ -183,13 +183,3 @@ def setup_replica(spec: ReplicaSpec) -> str:
 
 def run_replica_steps(run_id: str, first: int, count: int) -> dict[str, Any]:
     return device_service().runs[run_id].run(first, count)
-
-
-def replica_snapshot(run_id: str) -> dict[str, dict[str, np.ndarray]]:
-    return device_service().runs[run_id].snapshot()
-
-
-def drop_replica(run_id: str) -> None:
-    service = device_service()
-    service.runs.pop(run_id, None)
-    service.mailbox.discard(run_id)

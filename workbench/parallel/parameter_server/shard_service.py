@@ -125,12 +125,16 @@ class ParameterShard:
         await self._carry_out(instructions)
         return {"staleness": staleness}
 
-    async def handle_snapshot(self) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        state = await loop.run_in_executor(
-            self.thread, lambda: {n: v.copy() for n, v in self.state.items()}
-        )
-        return {"state": to_serialize(state), "staleness": list(self.protocol.staleness_log)}
+    def snapshot(self) -> dict[str, Any]:
+        """Variables, slots, staleness log and events (taken on the shard's update thread)."""
+        state = self.thread.submit(lambda: {n: v.copy() for n, v in self.state.items()}).result()
+        names = set(self.spec.names)
+        return {
+            "parameters": {n: v for n, v in state.items() if n in names},
+            "optimizer_state": {n: v for n, v in state.items() if n not in names},
+            "staleness": list(self.protocol.staleness_log),
+            "events": list(self.events),
+        }
 
     # --- instructions ----------------------------------------------------------------------------
 

@@ -101,13 +101,3 @@ def setup_ps_worker(spec: ParameterServerWorkerSpec) -> str:
 
 def run_ps_worker_steps(run_id: str, first: int, count: int, batches: list | None = None):
     return device_service().runs[run_id].run(first, count, batches)
-
-
-def shard_snapshot(run_id: str) -> dict[str, Any]:
-    shard = device_service().runs[run_id]
-    state = shard.thread.submit(lambda: {n: v.copy() for n, v in shard.state.items()}).result()
-    return {
-        "state": state,
-        "staleness": list(shard.protocol.staleness_log),
-        "events": list(shard.events),
-    }

@@ -224,7 +224,3 @@ def setup_stage(spec: StageSpec) -> str:
 
 def run_stage_steps(run_id: str, first: int, count: int) -> dict[str, Any]:
     return device_service().runs[run_id].run(first, count)
-
-
-def stage_snapshot(run_id: str) -> dict:
-    return device_service().runs[run_id].snapshot()
