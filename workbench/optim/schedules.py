@@ -26,6 +26,18 @@ class LearningRateSchedule:
     decay: str = "none"
     total_steps: int = 0
 
+    @classmethod
+    def from_config(cls, config, optimizer, total_steps: int) -> LearningRateSchedule:
+        """The schedule a run's flags describe (``--lr`` or the optimizer's default rate)."""
+        return cls(
+            config.lr or optimizer.default_learning_rate,
+            config.batch_size,
+            config.warmup_steps,
+            config.lr_scaling,
+            config.lr_decay,
+            total_steps,
+        )
+
     @property
     def target(self) -> float:
         if self.scaling == "linear":

@@ -58,14 +58,7 @@ class GradientWorker:
         self.model = spec.model
         self.optimizer = make_optimizer(config.optimizer)
         self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
-        self.schedule = LearningRateSchedule(
-            config.lr or self.optimizer.default_learning_rate,
-            config.batch_size,
-            config.warmup_steps,
-            config.lr_scaling,
-            config.lr_decay,
-            spec.total_steps,
-        )
+        self.schedule = LearningRateSchedule.from_config(config, self.optimizer, spec.total_steps)
         self.rows = shard_rows(config.batch_size, spec.rank, spec.replicas)
         training = build_training_graph(
             self.model, None, config.batch_size // spec.replicas, config.dtype

@@ -64,14 +64,7 @@ class ModelParallelDevice:
         model = self.model = worker.model
         optimizer = make_optimizer(config.optimizer)
         self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
-        self.schedule = LearningRateSchedule(
-            config.lr or optimizer.default_learning_rate,
-            config.batch_size,
-            config.warmup_steps,
-            config.lr_scaling,
-            config.lr_decay,
-            worker.total_steps,
-        )
+        self.schedule = LearningRateSchedule.from_config(config, optimizer, worker.total_steps)
         self.program = Executable(spec.partition)
         self.names = tuple(n.attrs["var"] for n in spec.partition.nodes if n.op == "variable")
         params = worker.initial_parameters or model.init_parameters(config.seed, config.dtype)

@@ -91,14 +91,7 @@ def run_training(
     first_step = checkpoint.step if checkpoint is not None else 0
     if first_step > steps:
         raise ConfigError("--steps", f"the checkpoint is already at step {first_step} > {steps}")
-    schedule = LearningRateSchedule(
-        config.lr or optimizer.default_learning_rate,
-        config.batch_size,
-        config.warmup_steps,
-        config.lr_scaling,
-        config.lr_decay,
-        steps,
-    )
+    schedule = LearningRateSchedule.from_config(config, optimizer, steps)
     strategy = strategy_class(config.strategy)(config)
     if hasattr(strategy, "check_model"):
         strategy.check_model(model)

@@ -62,14 +62,7 @@ class ParameterShard:
         model = spec.model
         optimizer = make_optimizer(config.optimizer)
         self.update = Executable(build_update_graph(model, optimizer, config.dtype, spec.names))
-        self.schedule = LearningRateSchedule(
-            config.lr or optimizer.default_learning_rate,
-            config.batch_size,
-            config.warmup_steps,
-            config.lr_scaling,
-            config.lr_decay,
-            spec.total_steps,
-        )
+        self.schedule = LearningRateSchedule.from_config(config, optimizer, spec.total_steps)
         self.dtype = np.dtype(config.dtype).type
         self.state = {
             n: np.array(v, copy=True)

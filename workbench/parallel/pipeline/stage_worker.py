@@ -67,14 +67,7 @@ class StageWorker:
         model = self.model = worker.model
         optimizer = make_optimizer(config.optimizer)
         self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
-        self.schedule = LearningRateSchedule(
-            config.lr or optimizer.default_learning_rate,
-            config.batch_size,
-            config.warmup_steps,
-            config.lr_scaling,
-            config.lr_decay,
-            worker.total_steps,
-        )
+        self.schedule = LearningRateSchedule.from_config(config, optimizer, worker.total_steps)
         self.microbatches = config.microbatches
         self.replica_batch = config.batch_size // self.replicas
         self.microbatch = self.replica_batch // config.microbatches
