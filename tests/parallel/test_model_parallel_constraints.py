@@ -17,11 +17,15 @@ def constrained_model(head_device):
 
 
 def test_layers_run_where_the_user_pinned_them(no_leftover_processes):
-    config = RunConfig(strategy="model-parallel", devices=2, steps=5, dtype="float64",
-                       lr_decay="none")
+    config = RunConfig(
+        strategy="model-parallel", devices=2, steps=5, dtype="float64", lr_decay="none"
+    )
     result = run_training(config, progress=lambda _: None, model=constrained_model("/task:1"))
-    reference = run_training(RunConfig(steps=5, dtype="float64", lr_decay="none"),
-                             progress=lambda _: None, model=constrained_model("/task:1"))
+    reference = run_training(
+        RunConfig(steps=5, dtype="float64", lr_decay="none"),
+        progress=lambda _: None,
+        model=constrained_model("/task:1"),
+    )
     for name, value in reference.parameters.items():
         assert abs(result.parameters[name] - value).max() <= 1e-12 * abs(value).max()
     traffic = {d["device"]: d for d in result.summary["per_device"]}

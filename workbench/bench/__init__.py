@@ -8,8 +8,15 @@ Suites (registered by name in :data:`workbench.bench.command.SUITES`):
 - ``step``: one SGD training step of the reference MLP 784-512-512-10 (batch 256, float32, one
   thread) by the workbench's one-device session, by a hand-written NumPy step and by eager
   PyTorch. Target: workbench / NumPy step time <= 1.15.
+- ``ddp``: ``mirrored`` on 2 CPU devices against PyTorch DDP (gloo, 2 processes) on the same
+  MLP, global batch 256. Target: samples/s ratio >= 1.0.
+- ``allreduce``: ring all-reduce of 64 MiB between Dask workers against its bound
+  2(N-1)/N x S / B, with B the point-to-point bandwidth measured in the same run (and gloo's
+  all-reduce beside it). Target: >= 70% of the bound.
+- ``overhead``: per-step framework overhead on a tiny model (step time minus compute time).
 
-Method, shared by every suite (:mod:`workbench.bench.timing`):
+Method of the ``step`` suite (:mod:`workbench.bench.timing`; the distributed suites alternate
+whole runs of each contender instead):
 
 1. Agreement first. The contenders start from the same parameters and run one step on the same
    batch; losses, parameters and updates must agree or the suite fails (exit 1): timing two

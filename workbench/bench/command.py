@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.bench import allreduce_suite, ddp_suite, overhead_suite
 from workbench.bench.machine import describe_machine, machine_lines
 from workbench.bench.step_suite import AgreementError, StepSettings, run_step_suite
 from workbench.runtime import DeviceError
@@ -119,6 +120,24 @@ SUITES: dict[str, Suite] = {
         _run_step,
         render_step,
     ),
+    "ddp": Suite(
+        "ddp",
+        "mirrored on 2 CPU devices vs PyTorch DDP (gloo), MLP 784-512-512-10, global batch 256",
+        ddp_suite.run_from_args,
+        ddp_suite.render,
+    ),
+    "allreduce": Suite(
+        "allreduce",
+        "ring all-reduce of 64 MiB between Dask workers vs the bound from point-to-point B",
+        allreduce_suite.run_from_args,
+        allreduce_suite.render,
+    ),
+    "overhead": Suite(
+        "overhead",
+        "framework overhead per step on a tiny MLP: one-device and mirrored on 2 devices",
+        overhead_suite.run_from_args,
+        overhead_suite.render,
+    ),
 }
 
 
@@ -143,6 +162,16 @@ def _hidden(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated positive integers like 512,512, got {text!r}"
         ) from None
+
+
+def _mebibytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive size in MiB, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,6 +209,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="fix glibc's malloc thresholds in every contender's process (default), or leave "
         "glibc's history-dependent defaults (then watch the page-faults column)",
     )
+    distributed = parser.add_argument_group("ddp, allreduce and overhead suites")
+    distributed.add_argument(
+        "--devices", type=_positive, default=2, help="ddp: data-parallel devices/processes (2)"
+    )
+    distributed.add_argument(
+        "--train-steps",
+        type=_positive,
+        default=None,
+        help="ddp, overhead: training steps per run (200 and 400); the first 10%% (at most 20) "
+        "are warm-up",
+    )
+    distributed.add_argument(
+        "--repeats", type=_positive, default=3, help="ddp, overhead: runs per contender (3)"
+    )
+    distributed.add_argument(
+        "--transfers", type=_positive, default=10, help="allreduce: timed repetitions (10)"
+    )
+    distributed.add_argument(
+        "--allreduce-mib", type=_mebibytes, default=64.0, help="allreduce: tensor size (64)"
+    )
+    distributed.add_argument(
+        "--allreduce-workers", type=_hidden, default=(2, 4), help="allreduce: e.g. 2,4"
+    )
     return parser
 
 
@@ -213,7 +265,7 @@ def bench_command(argv: list[str]) -> int:
         return exit_.code if isinstance(exit_.code, int) else 2
     if args.list:
         for suite in SUITES.values():
-            print(f"{suite.name:<5} {suite.summary}")
+            print(f"{suite.name:<10} {suite.summary}")
         return 0
     unknown = [name for name in args.suites if name not in SUITES]
     if unknown:
