@@ -11,6 +11,7 @@ from workbench.parallel.collectives import (
     allreduce,
     chunk_bounds,
     plan_buckets,
+    ring_allreduce,
     ring_bytes_per_rank,
 )
 
@@ -75,6 +76,24 @@ def test_ring_traffic_is_two_n_minus_one_over_n(size, length):
         assert transport.bytes_sent == planned
         assert abs(transport.bytes_sent - ring_bytes_per_rank(nbytes, size)) <= 2 * 4 * size
         assert transport.bytes_received == transport.bytes_sent or length % size
+
+
+def test_inplace_ring_reduces_into_the_callers_buffer():
+    transports = ThreadTransport.group(2, timeout=10)
+    buffers = [np.arange(6, dtype=np.float64), np.ones(6)]
+    results = [None, None]
+
+    def work(rank):
+        results[rank] = ring_allreduce(transports[rank], buffers[rank], "i", inplace=True)
+
+    threads = [threading.Thread(target=work, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    for rank in range(2):
+        np.testing.assert_array_equal(results[rank], np.arange(6) + 1.0)
+        assert np.shares_memory(results[rank], buffers[rank])
 
 
 def test_buckets_pack_and_unpack_every_tensor():

@@ -122,7 +122,8 @@ class Replica(GradientWorker):
         spec = self.replica_spec
 
         def reduce(transport, array, name):
-            return allreduce(transport, array, name, spec.algorithm, spec.groups)
+            # The packed bucket is this step's own buffer: reduce into it, no copy.
+            return allreduce(transport, array, name, spec.algorithm, spec.groups, inplace=True)
 
         if spec.compression == "float16":
             return compressed_allreduce(reduce, self.transport, flat, key)

@@ -7,7 +7,7 @@ broadcast) and ``reduce-to-one`` (root sums, broadcasts). Arrays with fewer elem
 ranks take the reduce-to-one path: a ring cannot give every rank a chunk.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from workbench.parallel.collectives.buckets import DEFAULT_BUCKET_BYTES, Bucket, plan_buckets
@@ -27,6 +27,7 @@ def allreduce(
     key: str,
     algorithm: str = "ring",
     groups: int | Sequence[Sequence[int]] = 2,
+    inplace: bool = False,
 ) -> Any:
     """Sum ``array`` over every rank with the named algorithm (``--allreduce`` values).
 
@@ -35,7 +36,7 @@ def allreduce(
     if array.size < transport.size or algorithm == "reduce-to-one":
         return reduce_to_one(transport, array, key)
     if algorithm == "ring":
-        return ring_allreduce(transport, array, key)
+        return ring_allreduce(transport, array, key, inplace=inplace)
     if algorithm == "hierarchical-copy":
         if isinstance(groups, int):
             groups = even_groups(transport.size, groups)
@@ -43,14 +44,7 @@ def allreduce(
     raise ValueError(f"unknown all-reduce algorithm {algorithm!r}")
 
 
-ALGORITHMS: dict[str, Callable] = {
-    "ring": ring_allreduce,
-    "hierarchical-copy": hierarchical_allreduce,
-    "reduce-to-one": reduce_to_one,
-}
-
 __all__ = [
-    "ALGORITHMS",
     "DEFAULT_BUCKET_BYTES",
     "Bucket",
     "StallError",

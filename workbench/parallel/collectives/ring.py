@@ -20,7 +20,7 @@ def chunk_bounds(length: int, parts: int) -> list[tuple[int, int]]:
     return [(int(edges[i]), int(edges[i + 1])) for i in range(parts)]
 
 
-def ring_allreduce(transport: Transport, array: Any, key: str) -> Any:
+def ring_allreduce(transport: Transport, array: Any, key: str, inplace: bool = False) -> Any:
     """Sum ``array`` over all ranks; every rank gets bit-identical bytes back.
 
     Examples
@@ -40,7 +40,9 @@ def ring_allreduce(transport: Transport, array: Any, key: str) -> Any:
     size, rank = transport.size, transport.rank
     if size == 1:
         return array.copy()
-    flat = array.reshape(-1).copy()
+    # ``inplace``: the caller hands over a fresh contiguous buffer (a packed bucket), so the
+    # ring may reduce into it instead of copying it first.
+    flat = array.reshape(-1) if inplace and array.flags.c_contiguous else array.reshape(-1).copy()
     bounds = chunk_bounds(flat.size, size)
     right, left = (rank + 1) % size, (rank - 1) % size
 
