@@ -71,3 +71,26 @@ def test_float32_ring_matches_one_device(no_leftover_processes):
         RunConfig(strategy="mirrored", devices=2, **BASE), progress=lambda _: None
     )
     assert_same_parameters(result, oracle("float32"), 1e-5)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"strategy": "mirrored"},
+        {"strategy": "pipeline", "microbatches": 2},
+        {"strategy": "model-parallel"},
+    ],
+    ids=lambda f: f["strategy"],
+)
+def test_a_one_device_checkpoint_resumes_under_a_distributed_strategy(
+    flags, tmp_path, no_leftover_processes
+):
+    common = {"dtype": "float64", "hidden": (32, 16), "lr_decay": "none"}
+    straight = run_training(RunConfig(steps=30, **common), progress=lambda _: None)
+    saved = str(tmp_path / "ckpt")
+    run_training(RunConfig(steps=12, save=saved, **common), progress=lambda _: None)
+    resumed = run_training(
+        RunConfig(devices=2, steps=30, resume=saved, **flags, **common), progress=lambda _: None
+    )
+    assert resumed.summary["first_step"] == 12
+    assert_same_parameters(resumed, straight, 1e-10)

@@ -50,6 +50,19 @@ class WorkerSpec:
     initial_optimizer_state: dict | None = None
 
 
+def initial_state(spec: WorkerSpec, optimizer, names=None) -> dict[str, np.ndarray]:
+    """Writable variables and optimizer slots for ``names`` (default: every parameter): the
+    resumed checkpoint's if there is one, else freshly initialised from the run's seed."""
+    config = config_from_dict(spec.config)
+    params = spec.initial_parameters or spec.model.init_parameters(config.seed, config.dtype)
+    if names is not None:
+        params = {name: params[name] for name in dict.fromkeys(names)}
+    slots = init_slots(optimizer, params)
+    if spec.initial_optimizer_state:
+        slots = {name: spec.initial_optimizer_state[name] for name in slots}
+    return {name: np.array(value, copy=True) for name, value in {**params, **slots}.items()}
+
+
 class GradientWorker:
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
@@ -65,9 +78,7 @@ class GradientWorker:
         )
         self.names = training.parameter_names
         self.gradients = Executable(training.graph)
-        params = spec.initial_parameters or self.model.init_parameters(config.seed, config.dtype)
-        slots = spec.initial_optimizer_state or init_slots(self.optimizer, params)
-        self.state = {n: np.array(v, copy=True) for n, v in {**params, **slots}.items()}
+        self.state = initial_state(spec, self.optimizer)
         self.dtype = np.dtype(config.dtype).type
         self.device = spec.device_names[spec.rank]
         if spec.reads_own_data:

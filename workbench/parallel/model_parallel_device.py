@@ -15,7 +15,7 @@ import numpy as np
 
 from workbench.ir import Executable, Graph
 from workbench.ir.ops.communication import RENDEZVOUS
-from workbench.parallel.gradient_worker import WorkerSpec, config_from_dict
+from workbench.parallel.gradient_worker import WorkerSpec, config_from_dict, initial_state
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
 from workbench.training.graphs import DROPOUT_SEED, INPUTS, LABELS, LEARNING_RATE
@@ -56,7 +56,7 @@ class StepRendezvous:
 class ModelParallelDevice:
     def __init__(self, spec: DeviceSpec) -> None:
         from workbench.data import GlobalBatchSampler, load_dataset
-        from workbench.optim import LearningRateSchedule, init_slots, make_optimizer
+        from workbench.optim import LearningRateSchedule, make_optimizer
 
         worker = self.worker = spec.worker
         config = self.config = config_from_dict(worker.config)
@@ -67,12 +67,7 @@ class ModelParallelDevice:
         self.schedule = LearningRateSchedule.from_config(config, optimizer, worker.total_steps)
         self.program = Executable(spec.partition)
         self.names = tuple(n.attrs["var"] for n in spec.partition.nodes if n.op == "variable")
-        params = worker.initial_parameters or model.init_parameters(config.seed, config.dtype)
-        params = {n: params[n] for n in dict.fromkeys(self.names)}
-        slots = init_slots(optimizer, params)
-        if worker.initial_optimizer_state:
-            slots = {n: worker.initial_optimizer_state[n] for n in slots}
-        self.state = {n: np.array(v, copy=True) for n, v in {**params, **slots}.items()}
+        self.state = initial_state(worker, optimizer, self.names)
         self.needs = set(self.program.placeholders)
         if self.needs & {INPUTS, LABELS}:
             input_dtype = "int64" if model.takes_integer_input else config.dtype

@@ -23,7 +23,7 @@ from workbench.parallel.collectives import (
     allreduce,
     plan_buckets,
 )
-from workbench.parallel.gradient_worker import WorkerSpec, config_from_dict
+from workbench.parallel.gradient_worker import WorkerSpec, config_from_dict, initial_state
 from workbench.parallel.pipeline.schedules import make_schedule
 from workbench.parallel.pipeline.stages import (
     ACTIVATION,
@@ -54,7 +54,7 @@ class StageSpec:
 class StageWorker:
     def __init__(self, spec: StageSpec) -> None:
         from workbench.data import GlobalBatchSampler, load_dataset
-        from workbench.optim import LearningRateSchedule, init_slots, make_optimizer
+        from workbench.optim import LearningRateSchedule, make_optimizer
 
         self.spec, worker = spec, spec.worker
         config = self.config = config_from_dict(worker.config)
@@ -78,12 +78,7 @@ class StageWorker:
         self.names = graphs.parameter_names
         self.forward, self.backward = Executable(graphs.forward), Executable(graphs.backward)
         self.update = Executable(build_update_graph(model, optimizer, config.dtype, self.names))
-        params = worker.initial_parameters or model.init_parameters(config.seed, config.dtype)
-        params = {n: params[n] for n in self.names}
-        slots = init_slots(optimizer, params)
-        if worker.initial_optimizer_state:
-            slots = {n: worker.initial_optimizer_state[n] for n in slots}
-        self.state = {n: np.array(v, copy=True) for n, v in {**params, **slots}.items()}
+        self.state = initial_state(worker, optimizer, self.names)
         shapes = model.parameter_shapes()
         self.buckets = plan_buckets(
             {n: shapes[n] for n in self.names},
