@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -51,6 +52,45 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+# A gloo rank now and then aborts in its C++ teardown ("terminate called without an active
+# exception") although every figure was measured; the launch is then tried again, up to this
+# many times in all, each with a fresh port.
+LAUNCH_ATTEMPTS = 3
+
+
+def _finish_rank(distributed: Any) -> None:
+    """End a rank once its figures are on disk: a last barrier so no peer is still talking,
+    then leave the process without tearing down gloo's threads (the teardown is what aborts
+    now and then, and the process ends anyway)."""
+    distributed.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def spawn_ranks(function: Any, arguments: tuple, processes: int, result_paths: list[str]) -> None:
+    """Run ``function(rank, *arguments, port)`` in ``processes`` fresh processes, trying again
+    (fresh port, result files cleared) when a rank dies before writing its ``result_paths``."""
+    torch = import_torch()
+    for attempt in range(1, LAUNCH_ATTEMPTS + 1):
+        for path in result_paths:
+            if os.path.exists(path):
+                os.unlink(path)
+        try:
+            torch.multiprocessing.spawn(
+                function, args=(*arguments, free_port()), nprocs=processes, join=True
+            )
+            return
+        except torch.multiprocessing.ProcessExitedException as error:
+            written = all(os.path.exists(p) and os.path.getsize(p) for p in result_paths)
+            if written:
+                return  # died after measuring: the figures stand
+            if attempt == LAUNCH_ATTEMPTS:
+                raise RuntimeError(
+                    f"the PyTorch peer failed {LAUNCH_ATTEMPTS} times: {error}"
+                ) from error
+
+
 def _initial_parameters(settings: DDPSettings) -> dict[str, np.ndarray]:
     """The workbench's initial parameters for this seed (DDP also broadcasts rank 0's)."""
     from workbench.models import mlp
@@ -59,7 +99,7 @@ def _initial_parameters(settings: DDPSettings) -> dict[str, np.ndarray]:
     return model.init_parameters(settings.seed, "float32")
 
 
-def _train(rank: int, settings: DDPSettings, port: int, result_path: str) -> None:
+def _train(rank: int, settings: DDPSettings, result_path: str, port: int) -> None:
     """One rank: join the group, wrap the model in DDP, warm up, time, write the figures."""
     steady_allocator()  # the malloc thresholds of every benchmark process and workbench device
     torch = import_torch()
@@ -105,8 +145,10 @@ def _train(rank: int, settings: DDPSettings, port: int, result_path: str) -> Non
         if rank == 0:
             with open(result_path, "w", encoding="utf-8") as out:
                 out.write(f"{seconds!r} {float(loss.detach())!r}")
-    finally:
         if distributed:
+            _finish_rank(torch.distributed)
+    finally:
+        if distributed and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 
 
@@ -129,16 +171,12 @@ def run_ddp(settings: DDPSettings) -> dict[str, float]:
     handle, result_path = tempfile.mkstemp(prefix="dtrain-ddp-", suffix=".txt")
     os.close(handle)
     try:
-        torch.multiprocessing.spawn(
-            _train,
-            args=(settings, free_port(), result_path),
-            nprocs=settings.processes,
-            join=True,
-        )
+        spawn_ranks(_train, (settings, result_path), settings.processes, [result_path])
         with open(result_path, encoding="utf-8") as result:
             seconds, loss = (float(part) for part in result.read().split())
     finally:
-        os.unlink(result_path)
+        if os.path.exists(result_path):
+            os.unlink(result_path)
     per_step = seconds / settings.steps
     return {
         "ms_per_step": per_step * 1e3,
@@ -148,7 +186,7 @@ def run_ddp(settings: DDPSettings) -> dict[str, float]:
 
 
 def _gloo_rank(
-    rank: int, processes: int, port: int, nbytes: int, repeats: int, warmup: int, path: str
+    rank: int, processes: int, nbytes: int, repeats: int, warmup: int, path: str, port: int
 ) -> None:
     """One rank of :func:`run_gloo_collectives`: alternately a timed ``all_reduce`` and a
     timed one-way send rank 0 -> 1 (with a one-element acknowledgement, as the workbench's
@@ -185,9 +223,10 @@ def _gloo_rank(
         with open(f"{path}.{rank}", "w", encoding="utf-8") as out:
             out.write(" ".join(map(repr, reduce_seconds)) + "\n")
             out.write(" ".join(map(repr, send_seconds)) + "\n")
-        distributed.barrier()
+        _finish_rank(distributed)
     finally:
-        distributed.destroy_process_group()
+        if distributed.is_initialized():
+            distributed.destroy_process_group()
 
 
 def run_gloo_collectives(
@@ -203,12 +242,8 @@ def run_gloo_collectives(
     handle, path = tempfile.mkstemp(prefix="dtrain-gloo-", suffix=".txt")
     os.close(handle)
     try:
-        torch.multiprocessing.spawn(
-            _gloo_rank,
-            args=(processes, free_port(), nbytes, repeats, warmup, path),
-            nprocs=processes,
-            join=True,
-        )
+        rank_paths = [f"{path}.{rank}" for rank in range(processes)]
+        spawn_ranks(_gloo_rank, (processes, nbytes, repeats, warmup, path), processes, rank_paths)
         ranks = []
         for rank in range(processes):
             with open(f"{path}.{rank}", encoding="utf-8") as result:
