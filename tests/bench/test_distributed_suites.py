@@ -16,6 +16,7 @@ import pytest
 from workbench.bench import (
     allreduce_suite,
     bench_command,
+    bubble_suite,
     ddp_suite,
     overhead_suite,
     torch_reference,
@@ -25,6 +26,7 @@ from workbench.bench.distributed_suites import PHASE_NAMES
 HAVE_TORCH = torch_reference.unavailable_reason("cpu") is None
 SPREAD_KEYS = {"median", "min", "q1", "q3", "max"}
 DDP_FLAGS = ["ddp", "--hidden", "16", "--batch-size", "16", "--train-steps", "30"]
+BUBBLE_FLAGS = ["bubble", "--bubble-hidden", "32,32", "--microbatches", "2,4", "--train-steps", "6"]
 ALLREDUCE_FLAGS = ["allreduce", "--allreduce-mib", "1", "--allreduce-workers", "2"]
 
 
@@ -37,6 +39,7 @@ def results() -> dict:
         "ddp": [*DDP_FLAGS, "--repeats", "1"],
         "allreduce": [*ALLREDUCE_FLAGS, "--transfers", "2"],
         "overhead": ["overhead", "--train-steps", "30", "--repeats", "1"],
+        "bubble": [*BUBBLE_FLAGS, "--repeats", "1"],
     }.items():
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
@@ -116,6 +119,21 @@ def test_overhead_suite_reports_overhead_per_strategy(results):
         )
     assert result["contenders"]["mirrored"]["phases_ms"]["allreduce_total"] > 0
     assert result["contenders"]["one_device"]["phases_ms"]["allreduce"] == 0
+
+
+def test_bubble_suite_compares_both_schedules_with_the_formula(results):
+    result = results["bubble"]
+    assert result["settings"]["hidden"] == [32, 32] and result["target_points"] == 5.0
+    rows = {(row["schedule"], row["microbatches"]): row for row in result["rows"]}
+    assert set(rows) == {(s, m) for s in ("gpipe", "1f1b") for m in (2, 4)}
+    for (schedule, microbatches), row in rows.items():
+        assert row["theory"] == pytest.approx(1 / (microbatches + 1))  # two stages
+        bubble = row["bubble_fraction"]["median"]
+        assert 0 < bubble < 1
+        assert row["points_above_theory"] == pytest.approx(100 * (bubble - row["theory"]))
+        assert row["met"] is (None if schedule == "1f1b" else abs(row["points_above_theory"]) <= 5)
+        _positive_spread(row["samples_per_second"])
+    assert "| gpipe | 4 |" in bubble_suite.render(result)
 
 
 def test_the_markdown_reports_have_their_tables(results):

@@ -14,6 +14,8 @@ Suites (registered by name in :data:`workbench.bench.command.SUITES`):
   2(N-1)/N x S / B, with B the point-to-point bandwidth measured in the same run (and gloo's
   all-reduce beside it). Target: >= 70% of the bound.
 - ``overhead``: per-step framework overhead on a tiny model (step time minus compute time).
+- ``bubble``: the measured idle fraction of GPipe and 1F1B pipelines against GPipe's
+  (P-1)/(M+P-1). Target: GPipe within 5 points.
 
 Method of the ``step`` suite (:mod:`workbench.bench.timing`; the distributed suites alternate
 whole runs of each contender instead):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.bench import allreduce_suite, ddp_suite, overhead_suite
+from workbench.bench import allreduce_suite, bubble_suite, ddp_suite, overhead_suite
 from workbench.bench.machine import describe_machine, machine_lines
 from workbench.bench.step_suite import AgreementError, StepSettings, run_step_suite
 from workbench.runtime import DeviceError
@@ -138,6 +138,12 @@ SUITES: dict[str, Suite] = {
         overhead_suite.run_from_args,
         overhead_suite.render,
     ),
+    "bubble": Suite(
+        "bubble",
+        "measured pipeline bubble (GPipe, 1F1B) vs GPipe's (P-1)/(M+P-1)",
+        bubble_suite.run_from_args,
+        bubble_suite.render,
+    ),
 }
 
 
@@ -209,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="fix glibc's malloc thresholds in every contender's process (default), or leave "
         "glibc's history-dependent defaults (then watch the page-faults column)",
     )
-    distributed = parser.add_argument_group("ddp, allreduce and overhead suites")
+    distributed = parser.add_argument_group("ddp, allreduce, overhead and bubble suites")
     distributed.add_argument(
         "--devices", type=_positive, default=2, help="ddp: data-parallel devices/processes (2)"
     )
@@ -217,11 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--train-steps",
         type=_positive,
         default=None,
-        help="ddp, overhead: training steps per run (200 and 400); the first 10%% (at most 20) "
-        "are warm-up",
+        help="ddp, overhead, bubble: training steps per run (200, 400, 20); the first 10%% "
+        "(at most 20) are warm-up",
     )
     distributed.add_argument(
-        "--repeats", type=_positive, default=3, help="ddp, overhead: runs per contender (3)"
+        "--repeats", type=_positive, default=3, help="ddp, overhead, bubble: runs each (3)"
     )
     distributed.add_argument(
         "--transfers", type=_positive, default=10, help="allreduce: timed repetitions (10)"
@@ -231,6 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     distributed.add_argument(
         "--allreduce-workers", type=_hidden, default=(2, 4), help="allreduce: e.g. 2,4"
+    )
+    distributed.add_argument("--stages", type=_positive, default=None, help="bubble: stages (2)")
+    distributed.add_argument(
+        "--microbatches", type=_hidden, default=None, help="bubble: micro-batch counts (4,8)"
+    )
+    distributed.add_argument(
+        "--bubble-hidden", type=_hidden, default=None, help="bubble: hidden layers (6 x 1024)"
     )
     return parser
 

@@ -51,19 +51,42 @@ def summarize(
 
 
 def bubble_fraction(log: EventLog, devices: list[str]) -> float | None:
-    """Share of device-time spent not computing during steady steps: for each step,
-    1 - (forward/backward compute time of all devices) / (devices x the step's span), averaged
-    over steady steps. For GPipe with even stages the theory is (P-1)/(M+P-1)."""
+    """Share of device-time spent not computing during steady steps, as GPipe defines it: for
+    each step, 1 - (forward/backward compute time of all devices) / (devices x the span from
+    the step's first compute to its last), averaged over steady steps. For GPipe with even
+    stages the theory is (P-1)/(M+P-1).
+
+    The span starts at the first compute, not at the first event: a later stage posts the
+    receive for its first activation as soon as it finished the previous step, while the first
+    stage still runs that step's last backward and its update. Counting that wait in both
+    steps' spans would charge the flush twice (and the optimizer update, which the theory
+    leaves out, once).
+
+    Examples
+    --------
+    Two stages, two micro-batches, forward 1 and backward 2 time units: GPipe's (P-1)/(M+P-1)
+    is 1/3. Stage 1 posts its receive at t=-2, while stage 0 still finishes the step before.
+
+    >>> from workbench.events.records import PhaseEvent
+    >>> log = EventLog()
+    >>> for device, phase, start, end in [
+    ...     ("s1", "recv", -2, 1), ("s0", "compute", 0, 1), ("s0", "compute", 1, 2),
+    ...     ("s1", "compute", 1, 2), ("s1", "compute", 2, 3), ("s1", "compute", 3, 5),
+    ...     ("s1", "compute", 5, 7), ("s0", "compute", 5, 7), ("s0", "compute", 7, 9)]:
+    ...     log.emit(PhaseEvent(device, phase, 0, start, end))
+    >>> round(bubble_fraction(log, ["s0", "s1"]), 4)
+    0.3333
+    """
     phases = [e for e in log.phases() if e.device in devices]
     steps = sorted({e.step for e in phases})
     steady = steps[warmup_steps(len(steps)) :]
     fractions = []
     for step in steady:
-        own = [e for e in phases if e.step == step and e.phase != "update"]
-        if not own:
+        computed = [e for e in phases if e.step == step and e.phase == "compute"]
+        if not computed:
             continue
-        span = max(e.end for e in own) - min(e.start for e in own)
-        busy = sum(e.duration for e in own if e.phase == "compute")
+        span = max(e.end for e in computed) - min(e.start for e in computed)
+        busy = sum(e.duration for e in computed)
         if span > 0:
             fractions.append(1.0 - busy / (len(devices) * span))
     return float(sum(fractions) / len(fractions)) if fractions else None

@@ -1,7 +1,10 @@
 """Splitting a model into pipeline stages, and each stage's forward and backward graphs.
 
-Stages are contiguous runs of layers balanced by parameter count (a proxy for FLOPs in dense
-layers; layers without parameters join a neighbour). A stage's backward graph recomputes its
+Stages are contiguous runs of layers balanced by their backward-pass cost, estimated from the
+parameter count (a proxy for FLOPs in dense layers; layers without parameters join a
+neighbour): a layer costs its forward, its re-computed forward, its weight gradient and its
+input gradient, except the model's first, which has no input gradient to compute (3/4 of the
+others' cost per parameter). A stage's backward graph recomputes its
 forward from the stashed stage input before differentiating — GPipe's re-materialisation — so
 a stage keeps only its inputs between the forward and backward of a micro-batch.
 """
@@ -30,7 +33,7 @@ class StageError(ValueError):
 
 
 def split_layers(model: Sequential, stages: int) -> list[range]:
-    """``stages`` contiguous layer ranges with parameter counts as even as possible.
+    """``stages`` contiguous layer ranges with estimated costs as even as possible.
 
     Examples
     --------
@@ -47,7 +50,12 @@ def split_layers(model: Sequential, stages: int) -> list[range]:
     shapes = model.parameter_shapes()
     for layer in model.layers:
         own = [s for n, s in shapes.items() if n.startswith(layer.name + "/")]
-        weights.append(max(1, sum(int(np.prod(s)) for s in own)))
+        parameters = sum(int(np.prod(s)) for s in own)
+        # Forward, re-computed forward, weight gradient, input gradient: 4 passes over the
+        # weights, 3 before any layer with parameters (nothing below wants an input gradient).
+        passes = 3 if not any(weights) else 4
+        weights.append(max(1, parameters * passes) if parameters else 0)
+    weights = [max(1, w) for w in weights]
     cumulative = np.cumsum(weights)
     total = cumulative[-1]
     bounds, start = [], 0
