@@ -1,9 +1,12 @@
 """Cluster tests start real local Dask clusters; this checks each one leaves no process behind."""
 
+import os
 import time
 
 import psutil
 import pytest
+
+from workbench.runtime.shared_memory import SHM_DIRECTORY
 
 # Python's multiprocessing helpers live as long as the test process itself; they are not part
 # of any cluster.
@@ -34,3 +37,5 @@ def no_leftover_processes():
             break
         time.sleep(0.2)
     assert not extra, f"processes left running: {[(p.pid, p.name()) for p in extra]}"
+    segments = [name for name in os.listdir(SHM_DIRECTORY) if name.startswith("dtrain-")]
+    assert not segments, f"shared-memory segments left behind: {segments}"

@@ -94,3 +94,15 @@ def test_a_one_device_checkpoint_resumes_under_a_distributed_strategy(
     )
     assert resumed.summary["first_step"] == 12
     assert_same_parameters(resumed, straight, 1e-10)
+
+
+@pytest.mark.parametrize("strategy", ["mirrored", "model-parallel"])
+def test_the_tcp_path_without_shared_memory_matches_one_device(
+    strategy, monkeypatch, no_leftover_processes
+):
+    # The workers inherit this environment: every Send goes over Dask's TCP comms instead.
+    monkeypatch.setenv("DTRAIN_SHARED_MEMORY", "0")
+    result = run_training(
+        RunConfig(strategy=strategy, devices=2, dtype="float64", **BASE), progress=lambda _: None
+    )
+    assert_same_parameters(result, oracle("float64"), 1e-10)

@@ -69,11 +69,21 @@ def measure_on_worker(
     timed ring shift (every rank sends ``nbytes / N`` to its right neighbour and receives from
     its left at once: one step of the ring, as the all-reduce's transfers run). Returns this
     rank's seconds per all-reduce and per shift, and (rank 0) per send."""
-    from workbench.parallel.collectives import ring_allreduce
     from workbench.runtime.peer_transport import PeerTransport
+    from workbench.runtime.worker_service import device_service
 
     transport = PeerTransport(run_id, rank, addresses, device_names, stall_timeout)
-    size = len(addresses)
+    try:
+        return _timed_transfers(transport, nbytes, repeats, warmup)
+    finally:
+        device_service().forget(run_id)  # its shared-memory segments and pending tensors
+
+
+def _timed_transfers(transport: Any, nbytes: int, repeats: int, warmup: int) -> dict[str, Any]:
+    from workbench.parallel.collectives import ring_allreduce
+
+    rank = transport.rank
+    size = transport.size
     values = np.full(nbytes // 4, float(rank + 1), dtype=np.float32)
     payload = np.ones(nbytes // 4, dtype=np.float32)
     chunk = payload[: nbytes // 4 // size]

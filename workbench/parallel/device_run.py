@@ -46,9 +46,7 @@ def snapshot_device(run_id: str) -> dict:
 
 def drop_device_state(run_id: str) -> None:
     """Task: forget the run on this worker (its resident state and pending tensors)."""
-    service = device_service()
-    service.runs.pop(run_id, None)
-    service.mailbox.discard(run_id)
+    device_service().forget(run_id)
 
 
 def run_on_devices(

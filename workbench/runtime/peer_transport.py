@@ -2,20 +2,28 @@
 
 ``send`` is an RPC to the peer worker's ``dtrain_send`` handler carrying the tensor as a
 serialised frame (no pickling of array data, no scheduler hop); it returns once the peer has
-stored it, so the sender may reuse its buffer. ``recv`` waits on the local mailbox and fails
-with an error naming the peer device and the step when the peer stalls or dies.
+stored it, so the sender may reuse its buffer. A NumPy tensor for a peer on the same host goes
+through shared memory instead (``workbench/runtime/shared_memory.py``): the RPC then carries
+only the segment's name, and neither side pays for loopback TCP (set
+``DTRAIN_SHARED_MEMORY=0`` in the workers' environment to measure without it). ``recv`` waits
+on the local mailbox and fails with an error naming the peer device and the step when the peer
+stalls or dies.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+from distributed.comm.addressing import get_address_host
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 
 from workbench.parallel.collectives.transport import StallError
-from workbench.runtime.worker_service import SEND_HANDLER, device_service
+from workbench.runtime.shared_memory import UNREACHABLE, has_room
+from workbench.runtime.worker_service import SEND_HANDLER, SEND_SHARED_HANDLER, device_service
 
 
 class PeerTransport:
@@ -39,8 +47,15 @@ class PeerTransport:
         self.bytes_sent = self.bytes_received = 0
         self._in_flight: list = []
         self._service = device_service()
-
         self._worker = self._service.worker
+        enabled = os.environ.get("DTRAIN_SHARED_MEMORY", "1") != "0"
+        host = get_address_host(self._worker.address)
+        # Peers that can attach this worker's segments (same host); pruned when one cannot.
+        self._shared_peers = {
+            peer
+            for peer, address in enumerate(self.addresses)
+            if enabled and peer != rank and get_address_host(address) == host
+        }
 
     def _key(self, source: int, target: int, key: str) -> str:
         return f"{self.run_id}/{source}->{target}/{key}"
@@ -49,17 +64,44 @@ class PeerTransport:
         full_key = self._key(self.rank, peer, key)
         rpc = self._worker.rpc(self.addresses[peer])
         try:
-            sync(
-                self._worker.loop,
-                getattr(rpc, SEND_HANDLER),
-                key=full_key,
-                payload=to_serialize(array),
-            )
+            if not self._send_shared(rpc, peer, full_key, array):
+                sync(
+                    self._worker.loop,
+                    getattr(rpc, SEND_HANDLER),
+                    key=full_key,
+                    payload=to_serialize(array),
+                )
         except Exception as error:
             raise StallError(
                 f"step {self.step}: sending {key!r} to {self.device_names[peer]} failed: {error}"
             ) from error
         self.bytes_sent += int(array.nbytes)
+
+    def _send_shared(self, rpc: Any, peer: int, full_key: str, array: Any) -> bool:
+        """Send through this worker's shared-memory segment for ``peer``; False when that
+        path does not apply (not NumPy, another host, no room in /dev/shm)."""
+        if (
+            peer not in self._shared_peers
+            or not isinstance(array, np.ndarray)
+            or array.dtype.hasobject
+            or not has_room(array.nbytes)
+        ):
+            return False
+        outgoing = self._service.outgoing
+        with outgoing.lock(self.run_id, self.rank, peer):
+            segment = outgoing.write(self.run_id, self.rank, peer, array)
+            answer = sync(
+                self._worker.loop,
+                getattr(rpc, SEND_SHARED_HANDLER),
+                key=full_key,
+                segment=segment,
+                dtype=array.dtype.str,
+                shape=list(array.shape),
+            )
+        if answer == UNREACHABLE:
+            self._shared_peers.discard(peer)  # another host after all: TCP from now on
+            return False
+        return True
 
     def send_async(self, peer: int, key: str, array: Any) -> Any:
         """Start sending and return at once (a future); the caller must not modify ``array``

@@ -14,9 +14,11 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from workbench.runtime.mailbox import Mailbox
+from workbench.runtime.shared_memory import UNREACHABLE, IncomingSegments, OutgoingSegments
 
 SERVICE_NAME = "dtrain-device-service"
 SEND_HANDLER = "dtrain_send"
+SEND_SHARED_HANDLER = "dtrain_send_shared"  # a tensor in a shared-memory segment (same host)
 CALL_HANDLER = "dtrain_call"
 
 
@@ -30,16 +32,34 @@ class DeviceService(WorkerPlugin):
         self.mailbox = Mailbox()
         self.runs: dict[str, Any] = {}
         self.worker = worker
+        self.outgoing, self.incoming = OutgoingSegments(), IncomingSegments()
         worker.handlers[SEND_HANDLER] = self._receive
+        worker.handlers[SEND_SHARED_HANDLER] = self._receive_shared
 
     def teardown(self, worker) -> None:
-        worker.handlers.pop(SEND_HANDLER, None)
-        worker.handlers.pop(CALL_HANDLER, None)
+        for handler in (SEND_HANDLER, SEND_SHARED_HANDLER, CALL_HANDLER):
+            worker.handlers.pop(handler, None)
+        for run_id in list(self.runs):
+            self.forget(run_id)
+        self.outgoing.discard()  # also segments of tasks that kept no run state
+        self.incoming.discard()
 
-        self.runs.clear()
+    def forget(self, run_id: str) -> None:
+        """Drop a run's resident state, pending tensors and shared-memory segments."""
+        self.runs.pop(run_id, None)
+        self.mailbox.discard(run_id)
+        self.outgoing.discard(run_id)
+        self.incoming.discard(run_id)
 
     def _receive(self, key: str, payload: Any) -> str:
         self.mailbox.put(key, payload)
+        return "ok"
+
+    def _receive_shared(self, key: str, segment: str, dtype: str, shape: list[int]) -> str:
+        array = self.incoming.read(segment, dtype, tuple(shape))
+        if array is None:
+            return UNREACHABLE
+        self.mailbox.put(key, array)
         return "ok"
 
     async def _call(self, run_id: str, method: str, arguments: dict) -> Any:
