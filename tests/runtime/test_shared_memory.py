@@ -13,6 +13,7 @@ from workbench.runtime.shared_memory import (
     IncomingSegments,
     OutgoingSegments,
     has_room,
+    unlink_run_segments,
 )
 
 
@@ -91,3 +92,12 @@ def test_a_segment_the_receiver_cannot_attach_reads_as_none():
 def test_room_is_checked_against_the_free_space_of_dev_shm():
     assert has_room(1)
     assert not has_room(2**62)
+
+
+def test_a_finished_runs_leftover_segments_are_swept_from_the_host():
+    # A worker killed mid-run cannot unlink its segment; whoever ends the run sweeps it.
+    dead_workers = OutgoingSegments()
+    name = dead_workers.write("run-f", 1, 0, np.ones(3))
+    dead_workers._segments.clear()  # as if the process had died holding it
+    assert unlink_run_segments("run-f") == [name]
+    assert not _segments("run-f")

@@ -5,7 +5,8 @@ A ring all-reduce of S bytes over N ranks sends 2(N-1)/N x S from every rank, in
 steps in which every rank sends to its right neighbour and receives from its left at once. With
 a point-to-point bandwidth B, no all-reduce over the same links finishes faster than
 2(N-1)/N x S / B. The suite measures, in the same run and on the same Dask workers
-(``PeerTransport``: RPCs to the peer worker's ``dtrain_send`` handler, worker to worker),
+(``PeerTransport``: on one host the tensor in a shared-memory segment and an RPC naming it;
+across hosts an RPC to the peer worker's ``dtrain_send`` handler carrying it),
 B as a one-way send of S bytes from rank 0 to rank 1 (timed by the sender: ``send`` returns
 once the peer has stored the tensor) and the ring all-reduce of S bytes float32, timed inside
 the workers after a barrier (the slowest rank's time: the collective is done when every rank

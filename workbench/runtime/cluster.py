@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from workbench.runtime.devices import DeviceError, device_name
+from workbench.runtime.shared_memory import unlink_run_segments
 from workbench.runtime.worker_service import DeviceService
 
 
@@ -129,7 +130,7 @@ def start_cluster(
     from distributed import Client
 
     owned = []
-    client = None
+    client = session = None
     try:
         if address is None:
             cluster = _local_cluster(devices, device_type)
@@ -171,3 +172,6 @@ def start_cluster(
         for cluster in owned:
             with contextlib.suppress(Exception):
                 cluster.close()
+        if owned and session is not None:
+            # Every worker of this run was on this host; one killed mid-run left its segments.
+            unlink_run_segments(session.run_id)

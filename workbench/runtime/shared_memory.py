@@ -15,6 +15,7 @@ then falls back to the TCP path for that peer.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import uuid
@@ -118,6 +119,21 @@ class IncomingSegments:
         with self._guard:
             for name in [n for n in self._attached if n.startswith(prefix)]:
                 self._attached.pop(name).close()
+
+
+def unlink_run_segments(run_id: str) -> list[str]:
+    """Remove every segment of run ``run_id`` left on this host, including those of a worker
+    that died before it could unlink its own (call once the run is over); returns their
+    names."""
+    prefix = _segment_prefix(run_id) + "-"
+    try:
+        names = [name for name in os.listdir(SHM_DIRECTORY) if name.startswith(prefix)]
+    except OSError:
+        return []
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(SHM_DIRECTORY, name))
+    return names
 
 
 def _same_channel(a: str, b: str) -> bool:

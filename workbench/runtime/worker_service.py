@@ -14,7 +14,12 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from workbench.runtime.mailbox import Mailbox
-from workbench.runtime.shared_memory import UNREACHABLE, IncomingSegments, OutgoingSegments
+from workbench.runtime.shared_memory import (
+    UNREACHABLE,
+    IncomingSegments,
+    OutgoingSegments,
+    unlink_run_segments,
+)
 
 SERVICE_NAME = "dtrain-device-service"
 SEND_HANDLER = "dtrain_send"
@@ -50,6 +55,7 @@ class DeviceService(WorkerPlugin):
         self.mailbox.discard(run_id)
         self.outgoing.discard(run_id)
         self.incoming.discard(run_id)
+        unlink_run_segments(run_id)  # a peer that died could not unlink its own
 
     def _receive(self, key: str, payload: Any) -> str:
         self.mailbox.put(key, payload)
