@@ -101,3 +101,11 @@ def test_a_finished_runs_leftover_segments_are_swept_from_the_host():
     dead_workers._segments.clear()  # as if the process had died holding it
     assert unlink_run_segments("run-f") == [name]
     assert not _segments("run-f")
+
+
+def test_a_sender_whose_segment_a_peer_swept_still_ends_cleanly():
+    outgoing = OutgoingSegments()
+    outgoing.write("run-g", 0, 1, np.ones(3))
+    unlink_run_segments("run-g")  # the peer finished first and swept the run
+    outgoing.discard("run-g")
+    assert not _segments("run-g")

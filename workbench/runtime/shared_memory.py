@@ -19,6 +19,7 @@ import contextlib
 import os
 import threading
 import uuid
+from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
@@ -63,8 +64,7 @@ class OutgoingSegments:
         nbytes = max(int(array.nbytes), 1)
         if segment is None or segment.size < nbytes:
             if segment is not None:
-                segment.close()
-                segment.unlink()
+                _close_and_unlink(segment)
             name = f"{_segment_prefix(run_id)}-{rank}-{peer}-{uuid.uuid4().hex[:8]}"
             # Grow geometrically: gradient buckets of one run differ in size.
             size = max(nbytes, 2 * segment.size if segment is not None else nbytes)
@@ -78,9 +78,7 @@ class OutgoingSegments:
         """Unlink the segments of run ``run_id`` (of every run if None)."""
         with self._guard:
             for key in [k for k in self._segments if run_id is None or k[0] == run_id]:
-                segment = self._segments.pop(key)
-                segment.close()
-                segment.unlink()
+                _close_and_unlink(self._segments.pop(key))
             for key in [k for k in self._locks if run_id is None or k[0] == run_id]:
                 del self._locks[key]
 
@@ -119,6 +117,16 @@ class IncomingSegments:
         with self._guard:
             for name in [n for n in self._attached if n.startswith(prefix)]:
                 self._attached.pop(name).close()
+
+
+def _close_and_unlink(segment: SharedMemory) -> None:
+    segment.close()
+    try:
+        segment.unlink()
+    except FileNotFoundError:
+        # A peer ending the same run swept it first (unlink_run_segments); the resource
+        # tracker still lists it, and would warn at exit.
+        resource_tracker.unregister(segment._name, "shared_memory")
 
 
 def unlink_run_segments(run_id: str) -> list[str]:
