@@ -1,32 +1,69 @@
-"""Shared-memory Send/Recv between workers on one host: what the sender writes is what the
-receiver reads, segments grow and are reused, and nothing outlives its run."""
+"""Shared-memory channels between workers on one host: what the sender writes is what the
+receiver takes, the sender never waits for a receiver that is busy, segments are reused and
+grown, and nothing outlives its run."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
 
+from workbench.runtime import shared_memory_channel
 from workbench.runtime.shared_memory import (
     SHM_DIRECTORY,
-    IncomingSegments,
-    OutgoingSegments,
     has_room,
+    segment_prefix,
     unlink_run_segments,
+)
+from workbench.runtime.shared_memory_channel import (
+    ChannelReceiver,
+    ChannelRegistry,
+    ChannelSender,
+    ChannelStalled,
+    SharedMessage,
 )
 
 
-def _segments(run_id: str) -> list[str]:
-    return [name for name in os.listdir(SHM_DIRECTORY) if run_id in name]
+def _objects(run_id: str) -> list[str]:
+    prefix = segment_prefix(run_id) + "-"
+    return sorted(name for name in os.listdir(SHM_DIRECTORY) if name.startswith(prefix))
+
+
+class Pair:
+    """Both ends of one channel in this process; the test plays the event loop."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.inbox: dict[str, SharedMessage] = {}
+        self.sender = ChannelSender(run_id, 0, 1)
+        self.receiver = ChannelReceiver(run_id, 0, 1, self.inbox.__setitem__)
+
+    def send(self, key: str, array: np.ndarray) -> None:
+        self.sender.send(key, array, timeout=1.0)
+
+    def take(self, key: str) -> SharedMessage:
+        self.receiver.on_readable()
+        return self.inbox.pop(key)
+
+    def segments(self) -> list[str]:
+        return [n for n in _objects(self.run_id) if not n.endswith(("-ready", "-done", "-probe"))]
+
+    def close(self) -> None:
+        self.inbox.clear()
+        self.receiver.close()
+        self.sender.close()
 
 
 @pytest.fixture
-def channel():
-    outgoing, incoming = OutgoingSegments(), IncomingSegments()
-    yield outgoing, incoming
-    incoming.discard()
-    outgoing.discard()
+def pair(request):
+    channel = Pair(f"test-{request.node.name[-20:]}-{os.getpid()}")
+    yield channel
+    channel.close()
+    unlink_run_segments(channel.run_id)
 
 
 @pytest.mark.parametrize(
@@ -39,54 +76,69 @@ def channel():
         np.zeros((0, 5), dtype=np.float32),
     ],
 )
-def test_the_receiver_reads_the_bytes_the_sender_wrote(channel, array):
-    outgoing, incoming = channel
-    name = outgoing.write("run-a", 0, 1, array)
-    received = incoming.read(name, array.dtype.str, array.shape)
+def test_the_receiver_takes_the_bytes_the_sender_wrote(pair, array):
+    pair.send("t", array)
+    received = pair.take("t").copy()
     assert received.dtype == array.dtype and received.shape == array.shape
     assert received.tobytes() == np.ascontiguousarray(array).tobytes()
 
 
-def test_the_received_tensor_is_a_private_copy(channel):
-    outgoing, incoming = channel
-    name = outgoing.write("run-a", 0, 1, np.ones(4))
-    received = incoming.read(name, "<f8", (4,))
-    outgoing.write("run-a", 0, 1, np.full(4, 7.0))  # the sender reuses its segment
+def test_a_message_is_added_or_copied_straight_into_the_receivers_buffer(pair):
+    pair.send("a", np.full(4, 2.0))
+    pair.send("b", np.arange(4.0))
+    out = np.ones(6)
+    pair.take("a").add_into(out[1:5], out[1:5])
+    assert out.tolist() == [1, 3, 3, 3, 3, 1]
+    pair.take("b").copy_into(out[2:6])
+    assert out.tolist() == [1, 3, 0, 1, 2, 3]
+
+
+def test_a_copied_message_is_private_and_its_segment_is_reused(pair):
+    pair.send("first", np.ones(4))
+    received = pair.take("first").copy()
+    pair.send("second", np.full(4, 7.0))  # the segment came back and is written again
     assert received.tolist() == [1.0] * 4
+    assert pair.take("second").copy().tolist() == [7.0] * 4
+    assert len(pair.segments()) == 1
 
 
-def test_a_segment_is_reused_and_grows_when_a_tensor_does_not_fit(channel):
-    outgoing, incoming = channel
-    first = outgoing.write("run-b", 0, 1, np.ones(10))
-    assert outgoing.write("run-b", 0, 1, np.ones(5)) == first
-    bigger = outgoing.write("run-b", 0, 1, np.arange(100.0))
-    assert bigger != first and not os.path.exists(os.path.join(SHM_DIRECTORY, first))
-    assert incoming.read(bigger, "<f8", (100,)).tolist() == list(range(100))
-    assert len(_segments("run-b")) == 1
+def test_the_sender_does_not_wait_for_a_receiver_that_has_not_taken_yet(pair):
+    for index in range(3):
+        pair.send(f"k{index}", np.full(3, float(index)))
+    assert len(pair.segments()) == 3  # one per message in flight
+    # Taken in another order than sent, as a partitioned graph may.
+    assert [pair.take(f"k{i}").copy()[0] for i in (2, 0, 1)] == [2.0, 0.0, 1.0]
+    for index in range(3):
+        pair.send(f"again{index}", np.zeros(3))
+    assert len(pair.segments()) == 3  # all three were handed back and reused
 
 
-def test_each_peer_has_its_own_segment(channel):
-    outgoing, incoming = channel
-    to_one = outgoing.write("run-c", 0, 1, np.ones(3))
-    to_two = outgoing.write("run-c", 0, 2, np.zeros(3))
-    assert to_one != to_two
-    assert incoming.read(to_one, "<f8", (3,)).tolist() == [1.0] * 3
+def test_a_tensor_too_big_for_every_free_segment_replaces_one_by_a_bigger(pair):
+    pair.send("small", np.ones(10))
+    pair.take("small").copy()
+    (small,) = pair.segments()
+    pair.send("big", np.arange(100.0))
+    assert pair.take("big").copy().tolist() == list(range(100))
+    (big,) = pair.segments()
+    assert big != small and small not in pair.receiver._attached
 
 
-def test_discarding_a_run_unlinks_its_segments_and_no_others(channel):
-    outgoing, incoming = channel
-    mine = outgoing.write("run-d", 0, 1, np.ones(3))
-    other = outgoing.write("run-e", 0, 1, np.ones(3))
-    incoming.read(mine, "<f8", (3,))
-    outgoing.discard("run-d")
-    incoming.discard("run-d")
-    assert not _segments("run-d") and _segments("run-e")
-    assert incoming.read(mine, "<f8", (3,)) is None  # gone: the sender must fall back
-    assert incoming.read(other, "<f8", (3,)).tolist() == [1.0] * 3
+def test_a_message_can_be_taken_only_once(pair):
+    pair.send("once", np.ones(2))
+    message = pair.take("once")
+    message.copy()
+    with pytest.raises(RuntimeError, match="taken twice"):
+        message.copy()
 
 
-def test_a_segment_the_receiver_cannot_attach_reads_as_none():
-    assert IncomingSegments().read("dtrain-no-such-segment", "<f4", (2,)) is None
+def test_a_receiver_that_stops_taking_stalls_the_sender_within_its_timeout(pair, monkeypatch):
+    monkeypatch.setattr(shared_memory_channel, "MAX_SEGMENTS_IN_FLIGHT", 2)
+    pair.send("x0", np.ones(2))
+    pair.send("x1", np.ones(2))
+    start = time.monotonic()
+    with pytest.raises(ChannelStalled, match="held 2 segments"):
+        pair.sender.send("x2", np.ones(2), timeout=0.3)
+    assert time.monotonic() - start < 2.0
 
 
 def test_room_is_checked_against_the_free_space_of_dev_shm():
@@ -94,18 +146,47 @@ def test_room_is_checked_against_the_free_space_of_dev_shm():
     assert not has_room(2**62)
 
 
-def test_a_finished_runs_leftover_segments_are_swept_from_the_host():
-    # A worker killed mid-run cannot unlink its segment; whoever ends the run sweeps it.
-    dead_workers = OutgoingSegments()
-    name = dead_workers.write("run-f", 1, 0, np.ones(3))
-    dead_workers._segments.clear()  # as if the process had died holding it
-    assert unlink_run_segments("run-f") == [name]
-    assert not _segments("run-f")
+def test_a_finished_runs_leftovers_are_swept_and_the_sender_still_ends_cleanly():
+    # A worker killed mid-run cannot unlink its objects; whoever ends the run sweeps them.
+    run_id = f"test-sweep-{os.getpid()}"
+    sender = ChannelSender(run_id, 1, 0)
+    sender.send("k", np.ones(3), timeout=1.0)
+    swept = unlink_run_segments(run_id)
+    assert len(swept) == 4 and not _objects(run_id)  # two FIFOs, the probe, one segment
+    sender.close()  # its segments were unlinked under it
+    assert not _objects(run_id)
 
 
-def test_a_sender_whose_segment_a_peer_swept_still_ends_cleanly():
-    outgoing = OutgoingSegments()
-    outgoing.write("run-g", 0, 1, np.ones(3))
-    unlink_run_segments("run-g")  # the peer finished first and swept the run
-    outgoing.discard("run-g")
-    assert not _segments("run-g")
+def test_the_registry_delivers_on_the_event_loop_and_discards_per_run():
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    delivered: dict[str, SharedMessage] = {}
+    arrived = threading.Event()
+
+    def deliver(key: str, message: SharedMessage) -> None:
+        delivered[key] = message
+        arrived.set()
+
+    registry = ChannelRegistry(loop)
+    mine, other = f"test-reg-a-{os.getpid()}", f"test-reg-b-{os.getpid()}"
+    try:
+        registry.listen(mine, 0, 1, deliver)
+        registry.listen(mine, 0, 1, deliver)  # idempotent
+        registry.sender(mine, 0, 1).send("k", np.arange(5.0), timeout=1.0)
+        assert arrived.wait(5.0)
+        assert delivered.pop("k").copy().tolist() == list(range(5))
+        registry.sender(other, 0, 1)
+        registry.discard(mine)
+        assert _objects(other) and all(mine not in name for name in _objects(other))
+        assert sorted(unlink_run_segments(mine)) == [
+            f"dtrain-{mine}-0-1-done",
+            f"dtrain-{mine}-0-1-ready",
+        ]  # the FIFOs are left for the run's sweep; every segment was unlinked by its sender
+    finally:
+        registry.discard()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5.0)
+        loop.close()
+        unlink_run_segments(other)
+    assert not _objects(mine) and not _objects(other)

@@ -5,14 +5,14 @@ A ring all-reduce of S bytes over N ranks sends 2(N-1)/N x S from every rank, in
 steps in which every rank sends to its right neighbour and receives from its left at once. With
 a point-to-point bandwidth B, no all-reduce over the same links finishes faster than
 2(N-1)/N x S / B. The suite measures, in the same run and on the same Dask workers
-(``PeerTransport``: on one host the tensor in a shared-memory segment and an RPC naming it;
-across hosts an RPC to the peer worker's ``dtrain_send`` handler carrying it),
-B as a one-way send of S bytes from rank 0 to rank 1 (timed by the sender: ``send`` returns
-once the peer has stored the tensor) and the ring all-reduce of S bytes float32, timed inside
-the workers after a barrier (the slowest rank's time: the collective is done when every rank
-is). Sends and all-reduces alternate, so both see the same machine; medians over repetitions.
-The fraction of the bound is ``bound / all-reduce time``. A ring shift (every rank sends S/N
-right while receiving from the left) shows what sending and receiving at once costs here.
+(``PeerTransport``: on one host a shared-memory channel; across hosts an RPC to the peer
+worker's ``dtrain_send`` handler), B as a one-way send of S bytes from rank 0 to rank 1 (timed
+by the sender until the receiver, having taken the tensor, acknowledges it with one element)
+and the ring all-reduce of S bytes float32, timed inside the workers after a barrier (the
+slowest rank's time: the collective is done when every rank is). Sends and all-reduces
+alternate, so both see the same machine; medians over repetitions. The fraction of the bound
+is ``bound / all-reduce time``. A ring shift (every rank sends S/N right while receiving from
+the left) shows what sending and receiving at once costs here.
 
 Peer, per size and process count: PyTorch's ``torch.distributed.all_reduce`` over gloo, timed
 the same way against the bound from its own one-way sends
@@ -99,10 +99,14 @@ def _timed_transfers(transport: Any, nbytes: int, repeats: int, warmup: int) -> 
             raise AssertionError(f"rank {rank}: the all-reduce returned {total[0]}, {total[-1]}")
         _barrier(transport, f"bar{index}/b")
         start = time.perf_counter()
+        # Delivered means taken by the receiver (a shared-memory send returns before that), so
+        # the sender's clock stops at a one-element acknowledgement.
         if rank == 0:
             transport.send(1, f"p2p{index}", payload)
+            transport.recv(1, f"ack{index}")
         elif rank == 1:
             transport.recv(0, f"p2p{index}")
+            transport.send(0, f"ack{index}", payload[:1])
         sent = time.perf_counter() - start
         _barrier(transport, f"bar{index}/c")
         start = time.perf_counter()

@@ -3,11 +3,12 @@
 ``send`` is an RPC to the peer worker's ``dtrain_send`` handler carrying the tensor as a
 serialised frame (no pickling of array data, no scheduler hop); it returns once the peer has
 stored it, so the sender may reuse its buffer. A NumPy tensor for a peer on the same host goes
-through shared memory instead (``workbench/runtime/shared_memory.py``): the RPC then carries
-only the segment's name, and neither side pays for loopback TCP (set
-``DTRAIN_SHARED_MEMORY=0`` in the workers' environment to measure without it). ``recv`` waits
-on the local mailbox and fails with an error naming the peer device and the step when the peer
-stalls or dies.
+through a shared-memory channel instead (``workbench/runtime/shared_memory_channel.py``): one
+copy into a segment and a line in a FIFO, no RPC, and ``send`` returns without waiting for the
+peer. Set ``DTRAIN_SHARED_MEMORY=0`` in the workers' environment to measure without it.
+``recv`` waits on the local mailbox and fails with an error naming the peer device and the
+step when the peer stalls or dies; ``recv_into`` adds (or copies) a tensor straight out of the
+sender's segment into a buffer of the caller's, which is how the ring all-reduce reduces.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from distributed.comm.addressing import get_address_host
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 
-from workbench.parallel.collectives.transport import StallError
-from workbench.runtime.shared_memory import UNREACHABLE, has_room
-from workbench.runtime.worker_service import SEND_HANDLER, SEND_SHARED_HANDLER, device_service
+from workbench.parallel.collectives.transport import StallError, apply_received
+from workbench.runtime.shared_memory_channel import SharedMessage, probe_path
+from workbench.runtime.worker_service import PROBE_HANDLER, SEND_HANDLER, device_service
 
 
 class PeerTransport:
@@ -50,12 +51,16 @@ class PeerTransport:
         self._worker = self._service.worker
         enabled = os.environ.get("DTRAIN_SHARED_MEMORY", "1") != "0"
         host = get_address_host(self._worker.address)
-        # Peers that can attach this worker's segments (same host); pruned when one cannot.
+        # Peers on this host, whose channels may work; each is probed before its first send.
         self._shared_peers = {
             peer
             for peer, address in enumerate(self.addresses)
             if enabled and peer != rank and get_address_host(address) == host
         }
+        self._probed: set[int] = set()
+        channels = self._service.channels
+        for peer in self._shared_peers:
+            channels.listen(run_id, peer, rank, self._service.mailbox.put)
 
     def _key(self, source: int, target: int, key: str) -> str:
         return f"{self.run_id}/{source}->{target}/{key}"
@@ -78,30 +83,27 @@ class PeerTransport:
         self.bytes_sent += int(array.nbytes)
 
     def _send_shared(self, rpc: Any, peer: int, full_key: str, array: Any) -> bool:
-        """Send through this worker's shared-memory segment for ``peer``; False when that
-        path does not apply (not NumPy, another host, no room in /dev/shm)."""
-        if (
-            peer not in self._shared_peers
-            or not isinstance(array, np.ndarray)
-            or array.dtype.hasobject
-            or not has_room(array.nbytes)
-        ):
+        """Send through the shared-memory channel to ``peer``; False when that path does not
+        apply (not NumPy, another host)."""
+        if not self._channel_applies(peer, array):
             return False
-        outgoing = self._service.outgoing
-        with outgoing.lock(self.run_id, self.rank, peer):
-            segment = outgoing.write(self.run_id, self.rank, peer, array)
-            answer = sync(
-                self._worker.loop,
-                getattr(rpc, SEND_SHARED_HANDLER),
-                key=full_key,
-                segment=segment,
-                dtype=array.dtype.str,
-                shape=list(array.shape),
-            )
-        if answer == UNREACHABLE:
-            self._shared_peers.discard(peer)  # another host after all: TCP from now on
-            return False
+        channel = self._service.channels.sender(self.run_id, self.rank, peer)
+        if peer not in self._probed:
+            # Same address, but does the peer see this host's /dev/shm? Asked once per peer.
+            path = probe_path(self.run_id, self.rank, peer)
+            if not sync(self._worker.loop, getattr(rpc, PROBE_HANDLER), path=path):
+                self._shared_peers.discard(peer)  # TCP from now on
+                return False
+            self._probed.add(peer)
+        channel.send(full_key, array, self.stall_timeout)  # ChannelStalled names no peer
         return True
+
+    def _channel_applies(self, peer: int, array: Any) -> bool:
+        return (
+            peer in self._shared_peers
+            and isinstance(array, np.ndarray)
+            and not array.dtype.hasobject
+        )
 
     def send_async(self, peer: int, key: str, array: Any) -> Any:
         """Start sending and return at once (a future); the caller must not modify ``array``
@@ -110,6 +112,10 @@ class PeerTransport:
 
         full_key = self._key(self.rank, peer, key)
         rpc = self._worker.rpc(self.addresses[peer])
+        if self._channel_applies(peer, array):
+            # The channel never waits for the peer: sending is already asynchronous.
+            self.send(peer, key, array)
+            return None
         coroutine = getattr(rpc, SEND_HANDLER)(key=full_key, payload=to_serialize(array))
         future = asyncio.run_coroutine_threadsafe(coroutine, self._worker.loop.asyncio_loop)
         self._in_flight.append((future, peer, key))
@@ -129,12 +135,29 @@ class PeerTransport:
                 ) from error
 
     def recv(self, peer: int, key: str) -> Any:
+        message = self._take(peer, key)
+        return message.copy() if isinstance(message, SharedMessage) else message
+
+    def recv_into(self, peer: int, key: str, out: Any, add_to: Any = None) -> None:
+        """Receive a tensor shaped like ``out`` and store ``add_to + tensor`` (or the tensor)
+        in ``out``; from shared memory in one pass, without an intermediate copy."""
+        message = self._take(peer, key)
+        if not isinstance(message, SharedMessage):
+            apply_received(out, message, add_to)
+        elif add_to is None:
+            message.copy_into(out)
+        else:
+            message.add_into(out, add_to)
+
+    def _take(self, peer: int, key: str) -> Any:
         try:
-            array = self._service.mailbox.take(self._key(peer, self.rank, key), self.stall_timeout)
+            message = self._service.mailbox.take(
+                self._key(peer, self.rank, key), self.stall_timeout
+            )
         except TimeoutError:
             raise StallError(
                 f"step {self.step}: {self.device_names[self.rank]} waited {self.stall_timeout:g}s "
                 f"for {key!r} from {self.device_names[peer]}, which stalled or died"
             ) from None
-        self.bytes_received += int(array.nbytes)
-        return array
+        self.bytes_received += int(message.nbytes)
+        return message

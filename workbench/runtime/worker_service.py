@@ -2,28 +2,26 @@
 
 Installed once per worker, it owns what must outlive a single task: the mailbox that peers'
 Send messages land in (through the ``dtrain_send`` comm handler registered on the worker's
-server, so tensors move worker to worker without the scheduler or the client), and the
+server, so tensors move worker to worker without the scheduler or the client, or through the
+shared-memory channels of peers on the same host), and the
 per-run device state (variables, compiled partitions) that strategies keep resident between
 steps.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from workbench.runtime.mailbox import Mailbox
-from workbench.runtime.shared_memory import (
-    UNREACHABLE,
-    IncomingSegments,
-    OutgoingSegments,
-    unlink_run_segments,
-)
+from workbench.runtime.shared_memory import unlink_run_segments
+from workbench.runtime.shared_memory_channel import ChannelRegistry
 
 SERVICE_NAME = "dtrain-device-service"
 SEND_HANDLER = "dtrain_send"
-SEND_SHARED_HANDLER = "dtrain_send_shared"  # a tensor in a shared-memory segment (same host)
+PROBE_HANDLER = "dtrain_probe_shared"  # whether this worker sees a peer's shared memory
 CALL_HANDLER = "dtrain_call"
 
 
@@ -37,36 +35,30 @@ class DeviceService(WorkerPlugin):
         self.mailbox = Mailbox()
         self.runs: dict[str, Any] = {}
         self.worker = worker
-        self.outgoing, self.incoming = OutgoingSegments(), IncomingSegments()
+        self.channels = ChannelRegistry(worker.loop.asyncio_loop)
         worker.handlers[SEND_HANDLER] = self._receive
-        worker.handlers[SEND_SHARED_HANDLER] = self._receive_shared
+        worker.handlers[PROBE_HANDLER] = self._probe_shared
 
     def teardown(self, worker) -> None:
-        for handler in (SEND_HANDLER, SEND_SHARED_HANDLER, CALL_HANDLER):
+        for handler in (SEND_HANDLER, PROBE_HANDLER, CALL_HANDLER):
             worker.handlers.pop(handler, None)
         for run_id in list(self.runs):
             self.forget(run_id)
-        self.outgoing.discard()  # also segments of tasks that kept no run state
-        self.incoming.discard()
+        self.channels.discard()  # also channels of tasks that kept no run state
 
     def forget(self, run_id: str) -> None:
         """Drop a run's resident state, pending tensors and shared-memory segments."""
         self.runs.pop(run_id, None)
         self.mailbox.discard(run_id)
-        self.outgoing.discard(run_id)
-        self.incoming.discard(run_id)
+        self.channels.discard(run_id)
         unlink_run_segments(run_id)  # a peer that died could not unlink its own
 
     def _receive(self, key: str, payload: Any) -> str:
         self.mailbox.put(key, payload)
         return "ok"
 
-    def _receive_shared(self, key: str, segment: str, dtype: str, shape: list[int]) -> str:
-        array = self.incoming.read(segment, dtype, tuple(shape))
-        if array is None:
-            return UNREACHABLE
-        self.mailbox.put(key, array)
-        return "ok"
+    def _probe_shared(self, path: str) -> bool:
+        return os.path.exists(path)
 
     async def _call(self, run_id: str, method: str, arguments: dict) -> Any:
         """RPC into a run's resident object (a parameter shard answering pulls and pushes)."""

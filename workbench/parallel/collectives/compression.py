@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.parallel.collectives.transport import Transport
+from workbench.parallel.collectives.transport import Transport, recv_into
 
 COMPRESSION_NAMES = ("none", "float16")
 
@@ -37,6 +37,10 @@ class Float16Wire:
 
     def recv(self, peer: int, key: str) -> Any:
         return self.inner.recv(peer, key)
+
+    def recv_into(self, peer: int, key: str, out: Any, add_to: Any = None) -> None:
+        # The float16 message is widened by the update itself, exactly as ``out += recv``.
+        recv_into(self.inner, peer, key, out, add_to)
 
 
 def compressed_allreduce(reduce, transport: Transport, array: Any, key: str) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 
 from workbench.parallel.collectives.reduce_to_one import broadcast, reduce
 from workbench.parallel.collectives.ring import ring_allreduce
-from workbench.parallel.collectives.transport import Transport
+from workbench.parallel.collectives.transport import Transport, recv_into
 
 
 class SubgroupTransport:
@@ -35,6 +35,9 @@ class SubgroupTransport:
 
     def recv(self, peer: int, key: str) -> Any:
         return self.parent.recv(self.members[peer], key)
+
+    def recv_into(self, peer: int, key: str, out: Any, add_to: Any = None) -> None:
+        recv_into(self.parent, self.members[peer], key, out, add_to)
 
 
 def even_groups(size: int, groups: int) -> list[list[int]]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.parallel.collectives.transport import Transport
+from workbench.parallel.collectives.transport import Transport, recv_into
 
 
 def chunk_bounds(length: int, parts: int) -> list[tuple[int, int]]:
@@ -40,21 +40,24 @@ def ring_allreduce(transport: Transport, array: Any, key: str, inplace: bool = F
     size, rank = transport.size, transport.rank
     if size == 1:
         return array.copy()
+    source = array.reshape(-1)
     # ``inplace``: the caller hands over a fresh contiguous buffer (a packed bucket), so the
-    # ring may reduce into it instead of copying it first.
-    flat = array.reshape(-1) if inplace and array.flags.c_contiguous else array.reshape(-1).copy()
+    # ring may reduce into it. Otherwise the result is a new buffer that every received chunk
+    # is written into once, as (own contribution + message): no copy of the input first.
+    flat = source if inplace and array.flags.c_contiguous else np.empty_like(source)
     bounds = chunk_bounds(flat.size, size)
     right, left = (rank + 1) % size, (rank - 1) % size
 
     # Reduce-scatter: after step s, rank r has summed s+2 contributions into chunk (r-s-1).
-    # When it ends, rank r holds the complete sum of chunk (r+1) mod N.
+    # When it ends, rank r holds the complete sum of chunk (r+1) mod N. The chunk sent first
+    # is the rank's own contribution; every later one is a partial sum received before.
     for step in range(size - 1):
         send_chunk = (rank - step) % size
         receive_chunk = (rank - step - 1) % size
         lo, hi = bounds[send_chunk]
-        transport.send(right, f"{key}/rs{step}", flat[lo:hi])
+        transport.send(right, f"{key}/rs{step}", (source if step == 0 else flat)[lo:hi])
         lo, hi = bounds[receive_chunk]
-        flat[lo:hi] += transport.recv(left, f"{key}/rs{step}")
+        recv_into(transport, left, f"{key}/rs{step}", flat[lo:hi], add_to=source[lo:hi])
 
     # All-gather: pass each completed chunk once around the ring, overwriting partial sums, so
     # every rank ends with the same bytes (each chunk was summed exactly once, on one rank).
@@ -64,7 +67,7 @@ def ring_allreduce(transport: Transport, array: Any, key: str, inplace: bool = F
         lo, hi = bounds[send_chunk]
         transport.send(right, f"{key}/ag{step}", flat[lo:hi])
         lo, hi = bounds[receive_chunk]
-        flat[lo:hi] = transport.recv(left, f"{key}/ag{step}")
+        recv_into(transport, left, f"{key}/ag{step}", flat[lo:hi])
     return flat.reshape(array.shape)
 
 

@@ -13,6 +13,8 @@ import threading
 from collections import defaultdict
 from typing import Any, Protocol
 
+import numpy as np
+
 
 class StallError(TimeoutError):
     """A receive waited longer than the stall timeout (names the peer and the key)."""
@@ -27,6 +29,37 @@ class Transport(Protocol):
     def send(self, peer: int, key: str, array: Any) -> None: ...
 
     def recv(self, peer: int, key: str) -> Any: ...
+
+
+def apply_received(out: Any, value: Any, add_to: Any = None) -> None:
+    """``out = add_to + value`` (``out`` may be ``add_to`` itself) or, without ``add_to``,
+    ``out = value``; in place (``out`` may be a slice)."""
+    if add_to is None:
+        out[...] = value
+    else:
+        np.add(add_to, value, out=out)  # a CuPy array dispatches to CuPy
+
+
+def recv_into(transport: Transport, peer: int, key: str, out: Any, add_to: Any = None) -> None:
+    """Receive a tensor shaped like ``out`` and store ``add_to + tensor`` (or the tensor alone)
+    in ``out``. Transports that can do this without materialising the tensor first (shared
+    memory) provide their own ``recv_into``; for the others it is ``recv`` then the update.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a, b = ThreadTransport.group(2)
+    >>> a.send(1, "x", np.ones(3))
+    >>> out = np.arange(3.0)
+    >>> recv_into(b, 0, "x", out, add_to=out)
+    >>> out
+    array([1., 2., 3.])
+    """
+    own = getattr(transport, "recv_into", None)
+    if own is not None:
+        own(peer, key, out, add_to)
+    else:
+        apply_received(out, transport.recv(peer, key), add_to)
 
 
 class ThreadTransport:
