@@ -81,19 +81,27 @@ def measure_on_worker(
 
 
 def _timed_transfers(transport: Any, nbytes: int, repeats: int, warmup: int) -> dict[str, Any]:
+    from workbench.bench.timing import steady_allocator
     from workbench.parallel.collectives import ring_allreduce
+    from workbench.parallel.collectives.transport import recv_into
 
+    steady_allocator()  # malloc thresholds as in the gloo peer's processes
     rank = transport.rank
     size = transport.size
     values = np.full(nbytes // 4, float(rank + 1), dtype=np.float32)
+    # In place into a buffer refilled before each repetition, and received into a buffer of
+    # the receiver's: what torch.distributed.all_reduce and recv do in the gloo peer.
+    work = values.copy()
     payload = np.ones(nbytes // 4, dtype=np.float32)
+    received = np.empty_like(payload)
     chunk = payload[: nbytes // 4 // size]
     right, left = (rank + 1) % size, (rank - 1) % size
     reduce_seconds, send_seconds, shift_seconds = [], [], []
     for index in range(warmup + repeats):
+        np.copyto(work, values)
         _barrier(transport, f"bar{index}/a")
         start = time.perf_counter()
-        total = ring_allreduce(transport, values, f"ring{index}")
+        total = ring_allreduce(transport, work, f"ring{index}", inplace=True)
         reduced = time.perf_counter() - start
         if total[0] != size * (size + 1) / 2 or total[-1] != total[0]:
             raise AssertionError(f"rank {rank}: the all-reduce returned {total[0]}, {total[-1]}")
@@ -105,13 +113,13 @@ def _timed_transfers(transport: Any, nbytes: int, repeats: int, warmup: int) -> 
             transport.send(1, f"p2p{index}", payload)
             transport.recv(1, f"ack{index}")
         elif rank == 1:
-            transport.recv(0, f"p2p{index}")
+            recv_into(transport, 0, f"p2p{index}", received)
             transport.send(0, f"ack{index}", payload[:1])
         sent = time.perf_counter() - start
         _barrier(transport, f"bar{index}/c")
         start = time.perf_counter()
         transport.send(right, f"shift{index}", chunk)
-        transport.recv(left, f"shift{index}")
+        recv_into(transport, left, f"shift{index}", received[: chunk.size])
         shifted = time.perf_counter() - start
         if index >= warmup:
             reduce_seconds.append(reduced)
