@@ -14,6 +14,7 @@ from workbench.parallel.collectives import (
     ring_allreduce,
     ring_bytes_per_rank,
 )
+from workbench.parallel.collectives import ring as ring
 
 ALGORITHMS = ["ring", "hierarchical-copy", "reduce-to-one"]
 
@@ -129,3 +130,22 @@ def test_float16_wire_halves_traffic_and_keeps_ranks_identical(size):
     np.testing.assert_allclose(results[0], np.sum(inputs, axis=0), rtol=1e-2, atol=1e-2)
     full = ring_bytes_per_rank(1000 * 4, size)
     assert all(abs(t.bytes_sent - full / 2) <= 2 * 2 * size for t in transports)
+
+
+@pytest.mark.parametrize("size", range(2, 9))
+@pytest.mark.parametrize("length", [7, 10, 64, 1001, 3 * 8 * 9 + 1])
+def test_a_ring_cut_into_slices_gives_the_bytes_of_an_uncut_one(monkeypatch, size, length):
+    # Slices of 3 elements: chunks of every length around a slice boundary, on every rank.
+    rng = np.random.default_rng(length + size)
+    inputs = [rng.normal(size=length) for _ in range(size)]
+    uncut, _ = run_ranks(size, lambda r: inputs[r], "ring")
+    monkeypatch.setattr(ring, "SLICE_BYTES", 3 * 8)
+    cut, transports = run_ranks(size, lambda r: inputs[r], "ring")
+    assert all(result.tobytes() == uncut[0].tobytes() for result in cut + uncut)
+    if length < size:
+        return  # fewer elements than ranks: reduce-to-one, not a ring
+    bounds = chunk_bounds(length, size)
+    for rank, transport in enumerate(transports):
+        sent_chunks = [(rank - s) % size for s in range(size - 1)]
+        sent_chunks += [(rank + 1 - s) % size for s in range(size - 1)]
+        assert transport.bytes_sent == sum((bounds[c][1] - bounds[c][0]) * 8 for c in sent_chunks)
