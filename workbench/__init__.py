@@ -39,6 +39,14 @@ from workbench.training.runner import RunResult, run_training
 
 __version__ = "0.1.0"
 
+
+def load_ipython_extension(shell) -> None:
+    """``%load_ext workbench``: register the ``%dtrain`` magics."""
+    from workbench.notebook.magics import load_ipython_extension as load
+
+    load(shell)
+
+
 __all__ = [
     "Activation",
     "AvgPool2D",

@@ -51,6 +51,17 @@ def _check_resume(config: RunConfig, saved: dict) -> None:
             )
 
 
+@dataclass
+class PreparedRun:
+    """A run that passed every check on user input and has its data and model, but has not
+    started anything (no cluster, no thread): what :func:`execute_run` trains."""
+
+    config: RunConfig
+    job: TrainingJob
+    strategy: Any
+    wall_start: float
+
+
 def run_training(
     config: RunConfig,
     log: EventLog | None = None,
@@ -62,6 +73,15 @@ def run_training(
 
     ``model`` replaces the ``--model`` preset with a model built in Python (its input shape and
     classes must fit the data set)."""
+    prepared = prepare_run(config, model)
+    if job_hook is not None:
+        job_hook(prepared.job)
+    return execute_run(prepared, log or EventLog(), progress)
+
+
+def prepare_run(config: RunConfig, model: Sequential | None = None) -> PreparedRun:
+    """Every check that can fail on user input, the data set and the model; raises
+    :class:`ConfigError` (or a checkpoint or model error) before anything starts."""
     wall_start = time.perf_counter()
     config = validate_config(config)
     device_type = resolve_device_type(config.device_type)
@@ -96,7 +116,6 @@ def run_training(
     if hasattr(strategy, "check_model"):
         strategy.check_model(model)
 
-    log = log or EventLog()
     job = TrainingJob(
         config=config,
         model=model,
@@ -111,8 +130,14 @@ def run_training(
         initial_parameters=checkpoint.params if checkpoint else None,
         initial_optimizer_state=checkpoint.optimizer_state if checkpoint else None,
     )
-    if job_hook is not None:
-        job_hook(job)
+    return PreparedRun(config, job, strategy, wall_start)
+
+
+def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> RunResult:
+    """Train a prepared run (stops early when ``prepared.job.stop`` is set), evaluate, save."""
+    config, job, strategy = prepared.config, prepared.job, prepared.strategy
+    model, dataset, device_type = job.model, job.dataset, job.device_type
+    steps, first_step = job.total_steps, job.first_step
     progress(
         f"[{config.strategy}] {model.name} on {dataset.name}: {steps - first_step} steps "
         f"of batch {config.batch_size}, {config.dtype}, {device_type}"
@@ -158,7 +183,7 @@ def run_training(
         "test_loss": test_loss,
         "test_accuracy": test_accuracy,
         "samples_per_second": figures["samples_per_second"],
-        "wall_seconds": time.perf_counter() - wall_start,
+        "wall_seconds": time.perf_counter() - prepared.wall_start,
         "bytes_communicated": figures["bytes_communicated"],
         "per_device": figures["per_device"],
         "warmup_steps_excluded": figures["warmup_steps_excluded"],

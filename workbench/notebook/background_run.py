@@ -1,0 +1,161 @@
+"""A training run in a background thread of the kernel, and the table of this kernel's runs.
+
+The notebook must stay responsive while a run trains (so its Stop button works), so a run is
+prepared in the foreground, where every error on user input is raised before anything starts,
+and trained in a daemon thread. The handle is what ``%dtrain -o NAME`` stores: ``wait()``,
+``stop()``, ``metrics`` (a column table ``pandas.DataFrame`` takes as is), ``events`` and,
+once finished, ``summary``. Every run is also recorded in the run store.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from workbench.config import RunConfig
+from workbench.events import EventLog
+from workbench.events.records import PhaseEvent, ScalarEvent
+from workbench.models import Sequential
+from workbench.store import RunStore
+from workbench.training.runner import RunResult, execute_run, prepare_run
+
+
+def new_run_id(strategy: str) -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{strategy}-{uuid.uuid4().hex[:6]}"
+
+
+class BackgroundRun:
+    """One run of this kernel. ``state``: running, finished, stopped or failed."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        model: Sequential | None = None,
+        store: RunStore | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        prepared = prepare_run(config, model)  # raises on bad input; nothing started yet
+        self.config = prepared.config
+        self.run_id = new_run_id(self.config.strategy)
+        self.log = EventLog()
+        self.total_steps = prepared.job.total_steps
+        self.first_step = prepared.job.first_step
+        self.steps_per_epoch = prepared.job.sampler.steps_per_epoch
+        self.lines: list[str] = []
+        self.state = "running"
+        self.error: BaseException | None = None
+        self.result: RunResult | None = None
+        self.started = time.time()
+        self._stop = prepared.job.stop
+        self._progress = progress
+        self._done = threading.Event()
+        self._recorder = (store or RunStore()).create(self.run_id, self.config.to_dict())
+        self.log.subscribe(self._recorder.record)
+        self._thread = threading.Thread(
+            target=self._train, args=(prepared,), name=f"dtrain-{self.run_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _say(self, line: str) -> None:
+        self.lines.append(line)
+        if self._progress is not None:
+            self._progress(line)
+
+    def _train(self, prepared) -> None:
+        try:
+            self.result = execute_run(prepared, self.log, self._say)
+            self.state = "stopped" if self._stop.is_set() else "finished"
+            self._recorder.finish(self.state, summary=self.result.summary)
+        except BaseException as error:  # reported through the handle, never lost in a thread
+            self.error, self.state = error, "failed"
+            self._recorder.finish("failed", error=f"{type(error).__name__}: {error}")
+        finally:
+            self._done.set()
+
+    # What the user calls ------------------------------------------------------------------
+
+    def wait(self, timeout: float | None = None) -> BackgroundRun:
+        """Block until the run ends; re-raise its error if it failed."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"run {self.run_id} still running after {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def stop(self) -> None:
+        """Ask the run to stop after the step in flight (it then evaluates and ends)."""
+        self._stop.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def summary(self) -> dict | None:
+        return self.result.summary if self.result is not None else None
+
+    @property
+    def events(self) -> list[PhaseEvent | ScalarEvent]:
+        return self.log.events
+
+    @property
+    def step(self) -> int:
+        """Global steps completed so far."""
+        losses = self.log.scalars("loss")
+        return losses[-1].step + 1 if losses else self.first_step
+
+    @property
+    def metrics(self) -> dict[str, list]:
+        """Per-step scalars as columns (``pandas.DataFrame(run.metrics)``): step, then one
+        column per scalar name, None where a step has no value."""
+        by_step: dict[int, dict[str, float]] = {}
+        names: list[str] = []
+        for event in self.log.events:
+            if isinstance(event, ScalarEvent):
+                by_step.setdefault(event.step, {})[event.name] = event.value
+                if event.name not in names:
+                    names.append(event.name)
+        steps = sorted(by_step)
+        table: dict[str, list[Any]] = {"step": steps}
+        for name in names:
+            table[name] = [by_step[step].get(name) for step in steps]
+        return table
+
+    def describe(self) -> str:
+        loss = self.log.scalars("loss")
+        shown = f"loss {loss[-1].value:.4f}" if loss else "no step yet"
+        return (
+            f"{self.run_id}  {self.state:<8}  {self.config.strategy} x{self.config.devices}  "
+            f"step {self.step}/{self.total_steps}  {shown}"
+        )
+
+    def __repr__(self) -> str:
+        return f"<BackgroundRun {self.describe()}>"
+
+
+class RunTable:
+    """This kernel's runs, newest last; ``%dtrain list | stop | status`` read it."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, BackgroundRun] = {}
+
+    def add(self, run: BackgroundRun) -> BackgroundRun:
+        self._runs[run.run_id] = run
+        return run
+
+    def all(self) -> list[BackgroundRun]:
+        return list(self._runs.values())
+
+    def live(self) -> list[BackgroundRun]:
+        return [run for run in self._runs.values() if not run.done]
+
+    def find(self, run_id: str) -> BackgroundRun:
+        matches = [run for key, run in self._runs.items() if key.startswith(run_id)]
+        if len(matches) != 1:
+            known = ", ".join(self._runs) or "none"
+            what = "matches no run" if not matches else "matches several runs"
+            raise KeyError(f"run id {run_id!r} {what} of this kernel (runs: {known})")
+        return matches[0]

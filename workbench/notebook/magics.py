@@ -1,0 +1,164 @@
+"""``%dtrain`` and ``%%dtrain``: training runs from a notebook.
+
+``%load_ext workbench`` registers them. The flags are those of ``dtrain run``, read by the same
+parser and checked by the same validation, so a mistake gets the same message as on the command
+line, as an IPython ``UsageError`` (no traceback) raised before anything starts. A run trains
+in the background and the magic returns its handle at once.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+
+from workbench.notebook.background_run import BackgroundRun, RunTable
+
+SUBCOMMANDS = ("list", "stop", "status")
+NOTEBOOK_FLAGS = """
+notebook flags (besides those of dtrain run):
+  -o NAME      store the run's handle in the variable NAME (.wait(), .stop(), .metrics, .events)
+  --wait       block until the run ends (its summary is the cell's result)
+
+subcommands:
+  %dtrain list          this kernel's runs
+  %dtrain status        the live runs, with step and loss
+  %dtrain stop [ID]     stop run ID (a unique prefix), or every live run
+
+%%dtrain [flags]: the cell builds the model with the Python API and binds it to ``model``.
+"""
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    from workbench.cli.main import _user_errors as command_line_errors
+
+    return command_line_errors()
+
+
+def split_notebook_flags(words: list[str]) -> tuple[list[str], str | None, bool]:
+    """Take ``-o NAME`` and ``--wait`` out of the words; return (the rest, NAME, wait).
+
+    Examples
+    --------
+    >>> split_notebook_flags(["--devices", "2", "-o", "run", "--wait"])
+    (['--devices', '2'], 'run', True)
+    """
+    rest, name, wait = [], None, False
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == "-o":
+            if index + 1 >= len(words) or words[index + 1].startswith("-"):
+                raise UsageError("%dtrain: -o: needs a variable name, e.g. -o run")
+            name = words[index + 1]
+            if not name.isidentifier():
+                raise UsageError(f"%dtrain: -o: {name!r} is not a Python variable name")
+            index += 2
+            continue
+        if word == "--wait":
+            wait = True
+        else:
+            rest.append(word)
+        index += 1
+    return rest, name, wait
+
+
+@magics_class
+class WorkbenchMagics(Magics):
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        self.runs = RunTable()
+
+    @line_cell_magic
+    def dtrain(self, line: str, cell: str | None = None) -> Any:
+        try:
+            words = shlex.split(line)
+        except ValueError as error:
+            raise UsageError(f"%dtrain: cannot split the line: {error}") from None
+        if words and words[0] in SUBCOMMANDS:
+            if cell is not None:
+                raise UsageError(f"%%dtrain: {words[0]} takes no cell; use %dtrain {words[0]}")
+            return self._subcommand(words[0], words[1:])
+        if words and not words[0].startswith("-"):
+            raise UsageError(
+                f"%dtrain: unknown subcommand {words[0]!r}; choose one of: "
+                f"{', '.join(SUBCOMMANDS)}, or give dtrain run flags (see %dtrain?)"
+            )
+        flags, name, wait = split_notebook_flags(words)
+        run = self.start(flags, name, cell)
+        return run.wait().summary if wait else run
+
+    def start(self, flags: list[str], name: str | None, cell: str | None) -> BackgroundRun:
+        """Parse, validate, build the cell's model, then start the run in the background."""
+        from workbench.cli.flags import parse_run_flags
+
+        model = self._cell_model(cell) if cell is not None else None
+        try:
+            config = parse_run_flags(flags, prog="%dtrain")
+            run = BackgroundRun(config, model=model)
+        except _user_errors() as error:
+            raise UsageError(f"%dtrain: {error}") from None
+        self.runs.add(run)
+        if name is not None:
+            self.shell.user_ns[name] = run
+        return run
+
+    def _cell_model(self, cell: str):
+        from workbench.models import Sequential
+
+        if not cell.strip():
+            raise UsageError("%%dtrain: the cell is empty; build a model and bind it to `model`")
+        namespace = self.shell.user_ns
+        before = namespace.get("model")
+        result = self.shell.run_cell(cell, store_history=False, silent=True)
+        if not result.success:
+            raise UsageError(
+                f"%%dtrain: the cell raised {type(result.error_in_exec).__name__}: "
+                f"{result.error_in_exec}"
+            )
+        model = namespace.get("model")
+        if not isinstance(model, Sequential) or (model is before and before is not None):
+            raise UsageError(
+                "%%dtrain: model: the cell must bind a new workbench Sequential to `model`, "
+                f"got {type(model).__name__}"
+            )
+        return model
+
+    def _subcommand(self, name: str, arguments: list[str]) -> Any:
+        if name in ("list", "status"):
+            if arguments:
+                raise UsageError(f"%dtrain {name}: takes no arguments, got {' '.join(arguments)}")
+            runs = self.runs.all() if name == "list" else self.runs.live()
+            empty = "no runs" if name == "list" else "no live runs"
+            print("\n".join(run.describe() for run in runs) or empty)
+            return None
+        if len(arguments) > 1:
+            raise UsageError(f"%dtrain stop: takes at most one run id, got {' '.join(arguments)}")
+        if arguments:
+            try:
+                targets = [self.runs.find(arguments[0])]
+            except KeyError as error:
+                raise UsageError(f"%dtrain stop: {error.args[0]}") from None
+        else:
+            targets = self.runs.live()
+        for run in targets:
+            run.stop()
+            print(f"stopping {run.run_id}")
+        if not targets:
+            print("no live runs")
+        return None
+
+
+def _usage() -> str:
+    from workbench.cli.flags import build_parser
+
+    return build_parser("%dtrain").format_help() + NOTEBOOK_FLAGS
+
+
+def load_ipython_extension(shell: Any) -> None:
+    magics = WorkbenchMagics(shell)
+    # What %dtrain? shows: built on load, since the parser's help needs the registries.
+    magics.dtrain.__func__.__doc__ = _usage()
+    shell.register_magics(magics)
