@@ -1,0 +1,110 @@
+"""Malformed ``%dtrain`` invocations: each is an IPython ``UsageError`` (shown without a
+traceback) that names the offending argument and, where there is a fixed set, the allowed
+values; nothing starts, nothing is stored, no thread is left."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from IPython.core.error import UsageError
+
+# (line, cell or None, what the message must contain)
+MALFORMED = [
+    ("--strategy nope", None, ["--strategy", "mirrored", "parameter-server"]),
+    ("--strategy", None, ["--strategy", "expected one argument"]),
+    ("--strategy mirrored --allreduce star", None, ["--allreduce", "ring", "reduce-to-one"]),
+    ("--devices 0", None, ["--devices"]),
+    ("--devices -3", None, ["--devices"]),
+    ("--devices two", None, ["--devices", "'two'"]),
+    ("--devices 2.5", None, ["--devices", "'2.5'"]),
+    ("--strategy one-device --devices 2", None, ["--devices"]),
+    ("--strategy mirrored --devices 2 --batch-size 7", None, ["--batch-size", "7"]),
+    ("--model resnet", None, ["--model", "mlp", "cnn"]),
+    ("--hidden 0", None, ["--hidden"]),
+    ("--hidden a,b", None, ["--hidden", "512,512"]),
+    ("--hidden 16,-4", None, ["--hidden"]),
+    ("--dataset imagenet", None, ["--dataset", "digits"]),
+    ("--dataset mnist:/no/such/dir", None, ["--dataset", "/no/such/dir"]),
+    ("--epochs 0", None, ["--epochs"]),
+    ("--epochs x", None, ["--epochs", "'x'"]),
+    ("--steps 0", None, ["--steps"]),
+    ("--steps -1", None, ["--steps"]),
+    ("--epochs 1 --steps 5", None, ["--epochs", "--steps"]),
+    ("--batch-size 0", None, ["--batch-size"]),
+    ("--batch-size many", None, ["--batch-size", "'many'"]),
+    ("--lr -1", None, ["--lr"]),
+    ("--lr 0", None, ["--lr"]),
+    ("--lr abc", None, ["--lr", "'abc'"]),
+    ("--optimizer rmsprop", None, ["--optimizer", "sgd", "adam"]),
+    ("--seed -1", None, ["--seed"]),
+    ("--seed x", None, ["--seed"]),
+    ("--dtype float8", None, ["--dtype", "float32", "float64"]),
+    ("--strategy parameter-server --devices 2 --ps 0", None, ["--ps"]),
+    ("--mode sometimes", None, ["--mode", "sync", "async"]),
+    ("--staleness -1 --mode async", None, ["--staleness"]),
+    ("--staleness 2", None, ["--staleness", "--mode async"]),
+    ("--replication sideways", None, ["--replication", "in-graph", "between-graph"]),
+    ("--stages 0", None, ["--stages"]),
+    ("--microbatches 0", None, ["--microbatches"]),
+    ("--schedule zigzag", None, ["--schedule", "gpipe", "1f1b"]),
+    ("--device-type tpu", None, ["--device-type", "cpu", "gpu"]),
+    ("--warmup-steps -1", None, ["--warmup-steps"]),
+    ("--lr-scaling square", None, ["--lr-scaling", "linear"]),
+    ("--lr-decay exp", None, ["--lr-decay", "cosine"]),
+    ("--bucket-mb 0", None, ["--bucket-mb"]),
+    ("--strategy mirrored --devices 2 --compression int8", None, ["--compression", "float16"]),
+    ("--compression float16", None, ["--compression", "mirrored"]),
+    ("--hosts 0", None, ["--hosts"]),
+    ("--stall-timeout 0", None, ["--stall-timeout"]),
+    ("--resume /no/such/checkpoint", None, ["--resume", "manifest.json"]),
+    ("--frobnicate", None, ["--frobnicate", "unknown flag"]),
+    ("--device 2", None, ["--device", "did you mean --devices"]),
+    ("--steps 3 extra", None, ["extra"]),
+    ("garbage", None, ["'garbage'", "list", "stop", "status"]),
+    ("--dataset 'unterminated", None, ["cannot split"]),
+    ("-o", None, ["-o", "variable name"]),
+    ("-o 1abc", None, ["-o", "'1abc'"]),
+    ("-o --steps 3", None, ["-o", "variable name"]),
+    ("list extra", None, ["list", "no arguments"]),
+    ("status now", None, ["status", "no arguments"]),
+    ("stop a b", None, ["stop", "at most one"]),
+    ("stop nosuchrun", None, ["stop", "'nosuchrun'", "matches no run"]),
+    ("list", "x = 1", ["list", "takes no cell"]),
+    ("--steps 3", "", ["cell body is empty"]),  # IPython's own check
+    ("--steps 3", "   \n  ", ["cell is empty"]),
+    ("--steps 3", "model = 42", ["model", "Sequential", "int"]),
+    ("--steps 3", "x = 1", ["model", "Sequential"]),
+    ("--steps 3", "raise ValueError('broken cell')", ["ValueError", "broken cell"]),
+    (
+        "--steps 3",
+        "from workbench import Dense, Sequential\n"
+        "model = Sequential([Dense(10)], input_shape=(5,))",
+        ["model", "(5,)", "digits"],
+    ),
+]
+
+
+def test_there_are_at_least_fifty_cases():
+    assert len(MALFORMED) >= 50
+
+
+@pytest.mark.parametrize(("line", "cell", "expected"), MALFORMED)
+def test_a_malformed_invocation_is_a_usage_error_naming_the_argument(
+    shell, store_root, line, cell, expected
+):
+    magics = shell.magics_manager.registry["WorkbenchMagics"]
+    shell.user_ns.pop("model", None)
+    threads = threading.active_count()
+    with pytest.raises(UsageError) as raised:
+        if cell is None:
+            shell.run_line_magic("dtrain", line)
+        else:
+            shell.run_cell_magic("dtrain", line, cell)
+    message = str(raised.value)
+    for text in expected:
+        assert text in message, f"{text!r} not in {message!r}"
+    assert "Traceback" not in message
+    assert not magics.runs.all()
+    assert not store_root.exists() or not any(store_root.iterdir())
+    assert threading.active_count() == threads
