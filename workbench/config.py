@@ -112,7 +112,6 @@ def validate_config(config: RunConfig) -> RunConfig:
 
     _choice("--strategy", config.strategy, STRATEGY_NAMES, "strategy")
     _at_least("--devices", config.devices, 1)
-    device_count_rule(config.strategy)(config)
     _choice("--model", config.model, MODEL_NAMES, "model")
     if not config.hidden or any(
         isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in config.hidden
@@ -165,6 +164,8 @@ def validate_config(config: RunConfig) -> RunConfig:
     ):
         raise ConfigError("--compression", "applies to mirrored and multi-worker-mirrored")
     _at_least("--stall-timeout", config.stall_timeout, 0.1, kind=int | float)
+    # After the single-field checks: the strategy's rules divide by stages and micro-batches.
+    device_count_rule(config.strategy)(config)
     _check_checkpoint_paths(config)
     return config
 

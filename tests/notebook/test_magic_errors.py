@@ -47,6 +47,8 @@ MALFORMED = [
     ("--replication sideways", None, ["--replication", "in-graph", "between-graph"]),
     ("--stages 0", None, ["--stages"]),
     ("--microbatches 0", None, ["--microbatches"]),
+    ("--strategy pipeline --devices 2 --microbatches 0", None, ["--microbatches"]),
+    ("--strategy hybrid --devices 4 --stages 0", None, ["--stages"]),
     ("--schedule zigzag", None, ["--schedule", "gpipe", "1f1b"]),
     ("--device-type tpu", None, ["--device-type", "cpu", "gpu"]),
     ("--warmup-steps -1", None, ["--warmup-steps"]),

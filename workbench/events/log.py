@@ -59,6 +59,11 @@ class EventLog:
         with self._lock:
             return list(self._events)
 
+    def since(self, index: int) -> list[Event]:
+        """Events from position ``index`` on (a reader keeps its position: live charts)."""
+        with self._lock:
+            return self._events[index:]
+
     def phases(self, device: str | None = None) -> list[PhaseEvent]:
         return [
             e

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 PHASES = ("compute", "send", "recv", "allreduce", "ps-push", "ps-pull", "update", "idle")
+# Phases spent moving tensors between devices (the rest of a device's busy time is compute).
+COMMUNICATION_PHASES = ("send", "recv", "allreduce", "ps-push", "ps-pull")
 
 
 @dataclass(frozen=True)

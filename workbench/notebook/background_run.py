@@ -52,6 +52,7 @@ class BackgroundRun:
         self._stop = prepared.job.stop
         self._progress = progress
         self._done = threading.Event()
+        self._panel = None
         self._recorder = (store or RunStore()).create(self.run_id, self.config.to_dict())
         self.log.subscribe(self._recorder.record)
         self._thread = threading.Thread(
@@ -123,6 +124,19 @@ class BackgroundRun:
         for name in names:
             table[name] = [by_step[step].get(name) for step in steps]
         return table
+
+    def panel(self):
+        """The live panel (progress, status, Stop, charts); made once per run."""
+        if self._panel is None:
+            from workbench.notebook.panel import RunPanel
+
+            self._panel = RunPanel(self)
+        return self._panel
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.panel().widget)
 
     def describe(self) -> str:
         loss = self.log.scalars("loss")

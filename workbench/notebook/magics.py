@@ -16,7 +16,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from workbench.notebook.background_run import BackgroundRun, RunTable
 
-SUBCOMMANDS = ("list", "stop", "status")
+SUBCOMMANDS = ("list", "stop", "status", "panel")
 NOTEBOOK_FLAGS = """
 notebook flags (besides those of dtrain run):
   -o NAME      store the run's handle in the variable NAME (.wait(), .stop(), .metrics, .events)
@@ -26,6 +26,7 @@ subcommands:
   %dtrain list          this kernel's runs
   %dtrain status        the live runs, with step and loss
   %dtrain stop [ID]     stop run ID (a unique prefix), or every live run
+  %dtrain panel         a form to start runs from widgets (same checks as the flags)
 
 %%dtrain [flags]: the cell builds the model with the Python API and binds it to ``model``.
 """
@@ -127,6 +128,12 @@ class WorkbenchMagics(Magics):
         return model
 
     def _subcommand(self, name: str, arguments: list[str]) -> Any:
+        if name == "panel":
+            from workbench.notebook.panel import TrainingForm, form_start
+
+            if arguments:
+                raise UsageError(f"%dtrain panel: takes no arguments, got {' '.join(arguments)}")
+            return TrainingForm(form_start(self)).widget
         if name in ("list", "status"):
             if arguments:
                 raise UsageError(f"%dtrain {name}: takes no arguments, got {' '.join(arguments)}")

@@ -148,6 +148,10 @@ def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> Run
         dataset.x_test.astype("int64" if model.takes_integer_input else config.dtype)
     )
     test_loss, test_accuracy = trained.evaluate(test_x, xp.asarray(dataset.y_test))
+    trained_losses = log.scalars("loss")
+    last_step = trained_losses[-1].step if trained_losses else first_step
+    log.scalar("test_loss", last_step, test_loss, job.clock())  # charts plot it on the loss
+    log.scalar("test_accuracy", last_step, test_accuracy, job.clock())
     parameters, optimizer_state = trained.parameters(), trained.optimizer_state()
     losses = log.scalars("loss")
     completed = losses[-1].step + 1 if losses else first_step

@@ -1,0 +1,144 @@
+"""What the live charts show, computed from events only (DESIGN 3.4), without Bokeh.
+
+A :class:`ChartFeed` reads a run's event log from where it stopped last time and returns, per
+chart, either rows to append (loss, throughput, timeline: streamed with rollover) or the whole
+current table (utilization, traffic, stragglers: one row per device, replaced).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workbench.events import EventLog
+from workbench.events.records import COMMUNICATION_PHASES, PhaseEvent, ScalarEvent
+
+THROUGHPUT_WINDOW = 10  # steps the samples/s line averages over
+UTILIZATION_WINDOW_S = 5.0  # seconds of recent activity the utilization bars describe
+
+
+@dataclass
+class ChartUpdate:
+    """New rows to stream (``appended``) and tables to replace (``replaced``), by chart."""
+
+    appended: dict[str, dict[str, list]] = field(default_factory=dict)
+    replaced: dict[str, dict[str, list]] = field(default_factory=dict)
+
+    def append(self, chart: str, **row) -> None:
+        columns = self.appended.setdefault(chart, {name: [] for name in row})
+        for name, value in row.items():
+            columns[name].append(value)
+
+
+class ChartFeed:
+    """Turns a growing event log into chart updates; call :meth:`update` as often as wanted.
+
+    Examples
+    --------
+    >>> log = EventLog()
+    >>> log.phase("/task:0", "compute", 0, 0.0, 0.2)
+    >>> log.scalar("loss", 0, 2.3, 0.2)
+    >>> update = ChartFeed(log, batch_size=32).update()
+    >>> update.appended["loss"]["loss"], update.replaced["utilization"]["compute"]
+    ([2.3], [1.0])
+    """
+
+    def __init__(self, log: EventLog, batch_size: int) -> None:
+        self.log, self.batch_size = log, batch_size
+        self._position = 0
+        self._loss_times: list[float] = []
+        self._phases: list[PhaseEvent] = []
+        self._sent: dict[str, int] = defaultdict(int)
+        self._received: dict[str, int] = defaultdict(int)
+        self._step_spans: dict[tuple[str, int], list[float]] = {}
+        self._devices: list[str] = []
+
+    def update(self) -> ChartUpdate:
+        update = ChartUpdate()
+        new = self.log.since(self._position)
+        self._position += len(new)
+        for event in new:
+            if isinstance(event, ScalarEvent):
+                self._scalar(event, update)
+            else:
+                self._phase(event, update)
+        if any(isinstance(event, PhaseEvent) for event in new):
+            update.replaced["utilization"] = self.utilization()
+            update.replaced["traffic"] = self.traffic()
+            update.replaced["stragglers"] = self.stragglers()
+        return update
+
+    def _scalar(self, event: ScalarEvent, update: ChartUpdate) -> None:
+        if event.name == "loss":
+            update.append("loss", step=event.step, loss=event.value, time=event.time)
+            self._loss_times.append(event.time)
+            if len(self._loss_times) > 1:
+                window = self._loss_times[-(THROUGHPUT_WINDOW + 1) :]
+                seconds = window[-1] - window[0]
+                if seconds > 0:
+                    rate = (len(window) - 1) * self.batch_size / seconds
+                    update.append("throughput", step=event.step, samples_per_second=rate)
+        elif event.name in ("test_loss", "test_accuracy", "staleness"):
+            update.append(event.name, step=event.step, value=event.value, time=event.time)
+
+    def _phase(self, event: PhaseEvent, update: ChartUpdate) -> None:
+        if event.device not in self._devices:
+            self._devices.append(event.device)
+        self._phases.append(event)
+        self._sent[event.device] += event.bytes
+        self._received[event.device] += event.bytes_received
+        span = self._step_spans.setdefault((event.device, event.step), [event.start, event.end])
+        span[0], span[1] = min(span[0], event.start), max(span[1], event.end)
+        update.append(
+            "timeline",
+            device=event.device,
+            phase=event.phase,
+            step=event.step,
+            start=event.start,
+            end=event.end,
+            bytes=event.bytes + event.bytes_received,
+        )
+
+    def utilization(self) -> dict[str, list]:
+        """Per device, the share of the last ``UTILIZATION_WINDOW_S`` seconds (up to the newest
+        event) spent computing, communicating and idle."""
+        latest = max(event.end for event in self._phases)
+        since = max(0.0, latest - UTILIZATION_WINDOW_S)
+        window = latest - since or 1.0
+        compute: dict[str, float] = defaultdict(float)
+        communication: dict[str, float] = defaultdict(float)
+        for event in reversed(self._phases):
+            if event.end < since:
+                continue
+            overlap = event.end - max(event.start, since)
+            target = communication if event.phase in COMMUNICATION_PHASES else compute
+            target[event.device] += overlap
+        rows = {"device": list(self._devices), "compute": [], "communication": [], "idle": []}
+        for device in self._devices:
+            busy_compute = min(1.0, compute[device] / window)
+            busy_communication = min(1.0 - busy_compute, communication[device] / window)
+            rows["compute"].append(busy_compute)
+            rows["communication"].append(busy_communication)
+            rows["idle"].append(1.0 - busy_compute - busy_communication)
+        return rows
+
+    def traffic(self) -> dict[str, list]:
+        return {
+            "device": list(self._devices),
+            "sent": [self._sent[device] for device in self._devices],
+            "received": [self._received[device] for device in self._devices],
+        }
+
+    def stragglers(self) -> dict[str, list]:
+        """Per device, its step time (first phase start to last phase end) min/median/max."""
+        rows = {"device": [], "min": [], "median": [], "max": []}
+        for device in self._devices:
+            spans = self._step_spans.items()
+            times = [end - start for (owner, _), (start, end) in spans if owner == device]
+            rows["device"].append(device)
+            rows["min"].append(float(np.min(times)))
+            rows["median"].append(float(np.median(times)))
+            rows["max"].append(float(np.max(times)))
+        return rows

@@ -1,0 +1,197 @@
+"""Live Bokeh charts of a run: loss, throughput, per-device utilization, traffic, a timeline
+of every device's phases (pipeline bubbles, all-reduce phases, parameter-server pushes and pulls
+show up as gaps and colours) and a straggler view.
+
+Each chart reads a ``ColumnDataSource``; :meth:`LiveCharts.refresh` feeds it what arrived since
+the last refresh (``stream`` with rollover for the growing charts, whole tables for the
+per-device ones). :class:`LiveUpdater` refreshes them at most ``MAX_REFRESH_HZ`` times a second from
+a background thread, however fast events arrive, until the run ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from bokeh.layouts import column, row
+from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.palettes import Category10
+from bokeh.plotting import figure
+from bokeh.transform import factor_cmap
+
+from workbench.events import EventLog
+from workbench.events.records import PHASES
+from workbench.notebook.chart_data import ChartFeed
+
+MAX_REFRESH_HZ = 10
+ROLLOVER = {"loss": 20_000, "throughput": 20_000, "timeline": 20_000}
+PHASE_COLOURS = dict(zip(PHASES, Category10[10], strict=False))
+WIDTH, HEIGHT = 460, 230
+
+
+def _figure(title: str, **options) -> figure:
+    options.setdefault("width", WIDTH)
+    options.setdefault("height", HEIGHT)
+    return figure(title=title, tools="pan,wheel_zoom,box_zoom,reset,save", **options)
+
+
+class LiveCharts:
+    """The charts of one run, fed from its event log."""
+
+    def __init__(self, log: EventLog, batch_size: int) -> None:
+        self.feed = ChartFeed(log, batch_size)
+        self.sources = {
+            "loss": ColumnDataSource({"step": [], "loss": [], "time": []}),
+            "test_loss": ColumnDataSource({"step": [], "value": [], "time": []}),
+            "throughput": ColumnDataSource({"step": [], "samples_per_second": []}),
+            "utilization": ColumnDataSource(
+                {"device": [], "compute": [], "communication": [], "idle": []}
+            ),
+            "traffic": ColumnDataSource({"device": [], "sent": [], "received": []}),
+            "timeline": ColumnDataSource(
+                {"device": [], "phase": [], "step": [], "start": [], "end": [], "bytes": []}
+            ),
+            "stragglers": ColumnDataSource({"device": [], "min": [], "median": [], "max": []}),
+        }
+        self._device_figures: list[figure] = []
+        self.figures = {
+            "loss": self._loss(),
+            "throughput": self._throughput(),
+            "utilization": self._utilization(),
+            "traffic": self._traffic(),
+            "timeline": self._timeline(),
+            "stragglers": self._stragglers(),
+        }
+        charts = self.figures
+        self.layout = column(
+            row(charts["loss"], charts["throughput"]),
+            row(charts["utilization"], charts["traffic"]),
+            charts["timeline"],
+            charts["stragglers"],
+        )
+        self._lock = threading.Lock()
+
+    def refresh(self) -> None:
+        with self._lock:
+            update = self.feed.update()
+            for chart, rows in update.appended.items():
+                if chart in self.sources:
+                    self.sources[chart].stream(rows, rollover=ROLLOVER.get(chart))
+            for chart, table in update.replaced.items():
+                self.sources[chart].data = table
+            devices = update.replaced.get("utilization", {}).get("device")
+            if devices and list(self._device_figures[0].y_range.factors) != devices:
+                for chart in self._device_figures:
+                    chart.y_range.factors = list(reversed(devices))
+
+    # The charts ---------------------------------------------------------------------------
+
+    def _loss(self) -> figure:
+        chart = _figure("loss", x_axis_label="step")
+        chart.line("step", "loss", source=self.sources["loss"], legend_label="train")
+        chart.scatter(
+            "step",
+            "value",
+            source=self.sources["test_loss"],
+            size=9,
+            color="firebrick",
+            legend_label="test",
+        )
+        chart.legend.location = "top_right"
+        return chart
+
+    def _throughput(self) -> figure:
+        chart = _figure("throughput (samples/s)", x_axis_label="step")
+        chart.line("step", "samples_per_second", source=self.sources["throughput"])
+        return chart
+
+    def _device_figure(self, title: str, **options) -> figure:
+        chart = _figure(title, y_range=[], **options)
+        self._device_figures.append(chart)
+        return chart
+
+    def _utilization(self) -> figure:
+        chart = self._device_figure("utilization (last 5 s)", x_range=(0, 1))
+        chart.hbar_stack(
+            ["compute", "communication", "idle"],
+            y="device",
+            height=0.7,
+            color=["#2ca02c", "#1f77b4", "#dddddd"],
+            source=self.sources["utilization"],
+            legend_label=["compute", "communication", "idle"],
+        )
+        chart.legend.location = "bottom_right"
+        return chart
+
+    def _traffic(self) -> figure:
+        chart = self._device_figure("bytes sent / received")
+        source = self.sources["traffic"]
+        chart.hbar(y="device", right="sent", height=0.35, source=source, legend_label="sent")
+        chart.hbar(
+            y="device",
+            right="received",
+            height=0.2,
+            source=source,
+            color="orange",
+            legend_label="received",
+        )
+        chart.legend.location = "bottom_right"
+        return chart
+
+    def _timeline(self) -> figure:
+        chart = self._device_figure("timeline", width=2 * WIDTH, x_axis_label="seconds")
+        bars = chart.hbar(
+            y="device",
+            left="start",
+            right="end",
+            height=0.8,
+            source=self.sources["timeline"],
+            color=factor_cmap("phase", list(PHASE_COLOURS.values()), list(PHASE_COLOURS)),
+            legend_field="phase",
+        )
+        chart.add_tools(
+            HoverTool(
+                renderers=[bars],
+                tooltips=[("phase", "@phase"), ("step", "@step"), ("bytes", "@bytes")],
+            )
+        )
+        chart.legend.orientation = "horizontal"
+        chart.legend.location = "top_left"
+        return chart
+
+    def _stragglers(self) -> figure:
+        chart = self._device_figure(
+            "step time per device (min / median / max)", width=2 * WIDTH, x_axis_label="seconds"
+        )
+        source = self.sources["stragglers"]
+        chart.segment(x0="min", x1="max", y0="device", y1="device", source=source, line_width=3)
+        chart.scatter(x="median", y="device", size=10, source=source, color="black")
+        return chart
+
+
+class LiveUpdater:
+    """Calls ``refresh`` at most ``MAX_REFRESH_HZ`` times a second from a background thread
+    until ``finished()`` says so, then once more (so the last events are drawn)."""
+
+    def __init__(self, refresh: Callable[[], None], finished: Callable[[], bool]) -> None:
+        self.refresh, self.finished = refresh, finished
+        self.refreshes = 0
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dtrain-charts", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._halt.is_set():
+            done = self.finished()
+            self.refresh()
+            self.refreshes += 1
+            if done:
+                return
+            self._halt.wait(1.0 / MAX_REFRESH_HZ)
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._halt.set()
+        self._thread.join(timeout)
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
