@@ -39,6 +39,7 @@ class BackgroundRun:
     ) -> None:
         prepared = prepare_run(config, model)  # raises on bad input; nothing started yet
         self.config = prepared.config
+        self.job = prepared.job
         self.run_id = new_run_id(self.config.strategy)
         self.log = EventLog()
         self.total_steps = prepared.job.total_steps

@@ -41,6 +41,7 @@ class RunPanel:
         )
         self.progress_text = widgets.Label()
         self.status = widgets.HTML()
+        self.dashboard = widgets.HTML()
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop")
         self.stop_button.on_click(lambda _: self.stop())
         self.widget = widgets.VBox(
@@ -48,6 +49,7 @@ class RunPanel:
                 widgets.HTML(f"<b>{html.escape(run.run_id)}</b>"),
                 widgets.HBox([self.progress, self.progress_text, self.stop_button]),
                 self.status,
+                self.dashboard,
                 BokehModel(self.charts.layout),
             ]
         )
@@ -64,6 +66,12 @@ class RunPanel:
         self.progress.value = run.step - run.first_step
         epoch = min(run.step // run.steps_per_epoch + 1, -(-run.total_steps // run.steps_per_epoch))
         self.progress_text.value = f"step {run.step}/{run.total_steps}, epoch {epoch}{_eta(run)}"
+        link = run.job.dashboard_link
+        if link and not self.dashboard.value:
+            self.dashboard.value = (
+                f"<a href='{html.escape(link)}' target='_blank'>Dask dashboard</a> "
+                "(workbench pages: individual-workbench-loss, -utilization, -timeline)"
+            )
         if run.state == "failed":
             self.status.value = (
                 f"<span style='color:firebrick'><b>failed</b>: "

@@ -35,6 +35,8 @@ class TrainingJob:
     stop: threading.Event = field(default_factory=threading.Event)
     # Wall-clock origin: events from worker processes (and hosts) share this time axis.
     clock_origin: float = field(default_factory=time.time)
+    # The Dask dashboard of the cluster the run uses, once it has one (the panel links to it).
+    dashboard_link: str | None = None
 
     def clock(self) -> float:
         """Seconds since the run started: the time axis of every event."""
