@@ -18,6 +18,17 @@ Examples
 from workbench.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from workbench.config import ConfigError, RunConfig, validate_config
 from workbench.data import Dataset, DatasetError, GlobalBatchSampler, load_dataset
+from workbench.distribute import (
+    CentralStorageStrategy,
+    HybridStrategy,
+    MirroredStrategy,
+    ModelParallelStrategy,
+    MultiWorkerMirroredStrategy,
+    OneDeviceStrategy,
+    ParameterServerStrategy,
+    PipelineStrategy,
+    Strategy,
+)
 from workbench.events import EventLog
 from workbench.ir import Graph, GraphBuilder, gradients, ops
 from workbench.models import (
@@ -50,6 +61,7 @@ def load_ipython_extension(shell) -> None:
 __all__ = [
     "Activation",
     "AvgPool2D",
+    "CentralStorageStrategy",
     "Checkpoint",
     "CheckpointError",
     "ConfigError",
@@ -64,12 +76,20 @@ __all__ = [
     "GlobalBatchSampler",
     "Graph",
     "GraphBuilder",
+    "HybridStrategy",
     "LayerNorm",
     "LearningRateSchedule",
     "MaxPool2D",
+    "MirroredStrategy",
+    "ModelParallelStrategy",
+    "MultiWorkerMirroredStrategy",
+    "OneDeviceStrategy",
+    "ParameterServerStrategy",
+    "PipelineStrategy",
     "RunConfig",
     "RunResult",
     "Sequential",
+    "Strategy",
     "build_model",
     "device",
     "gradients",

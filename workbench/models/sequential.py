@@ -28,6 +28,9 @@ class Sequential:
         self.layers = list(layers)
         self.input_shape = tuple(int(s) for s in input_shape)
         self.name = name
+        from workbench.distribute import current_strategy  # here: distribute imports config
+
+        self.strategy = current_strategy()  # built inside ``strategy.scope()``: fit uses it
         counts: dict[str, int] = {}
         for layer in self.layers:
             layer.name = f"{layer.kind}_{counts.get(layer.kind, 0)}"
@@ -88,6 +91,15 @@ class Sequential:
             with x.builder.scope(layer.name):
                 x = layer.apply(x, own, context)
         return x
+
+    def fit(self, background: bool = False, **options):
+        """Train this model with the strategy it was built under (one device if none), as
+        ``tf.keras`` does under ``tf.distribute``; ``options`` are ``dtrain run``'s flags as
+        keywords (``dataset``, ``epochs``, ``batch_size``, ``lr``, ...). Returns the run's
+        result, or with ``background=True`` its live handle."""
+        from workbench.distribute import OneDeviceStrategy
+
+        return (self.strategy or OneDeviceStrategy()).fit(self, background=background, **options)
 
     def summary(self) -> str:
         lines = [f"{self.name}: input {self.input_shape}"]

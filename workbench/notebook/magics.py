@@ -14,6 +14,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
+from workbench.distribute import start
 from workbench.notebook.background_run import BackgroundRun, RunTable
 
 SUBCOMMANDS = ("list", "stop", "status", "panel")
@@ -98,7 +99,7 @@ class WorkbenchMagics(Magics):
         model = self._cell_model(cell) if cell is not None else None
         try:
             config = parse_run_flags(flags, prog="%dtrain")
-            run = BackgroundRun(config, model=model)
+            run = start(config, model)
         except _user_errors() as error:
             raise UsageError(f"%dtrain: {error}") from None
         self.runs.add(run)
