@@ -17,7 +17,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from workbench.distribute import start
 from workbench.notebook.background_run import BackgroundRun, RunTable
 
-SUBCOMMANDS = ("list", "stop", "status", "panel")
+SUBCOMMANDS = ("list", "stop", "status", "panel", "compare")
 NOTEBOOK_FLAGS = """
 notebook flags (besides those of dtrain run):
   -o NAME      store the run's handle in the variable NAME (.wait(), .stop(), .metrics, .events)
@@ -28,6 +28,9 @@ subcommands:
   %dtrain status        the live runs, with step and loss
   %dtrain stop [ID]     stop run ID (a unique prefix), or every live run
   %dtrain panel         a form to start runs from widgets (same checks as the flags)
+  %dtrain compare S1,S2,... [flags]
+                        run the strategies one after another on the same data and steps and
+                        show them side by side (loss, samples/s, bytes, busy, bubble, staleness)
 
 %%dtrain [flags]: the cell builds the model with the Python API and binds it to ``model``.
 """
@@ -107,6 +110,31 @@ class WorkbenchMagics(Magics):
             self.shell.user_ns[name] = run
         return run
 
+    def _compare(self, arguments: list[str]) -> Any:
+        from workbench.cli.flags import parse_run_flags
+        from workbench.notebook.compare import Comparison
+
+        if not arguments or arguments[0].startswith("-"):
+            raise UsageError(
+                "%dtrain compare: --strategy: name the strategies first, comma-separated, "
+                "e.g. %dtrain compare mirrored,parameter-server --devices 2"
+            )
+        strategies = [name for name in arguments[0].split(",") if name]
+        flags, variable, wait = split_notebook_flags(arguments[1:])
+        if "--strategy" in flags:
+            raise UsageError("%dtrain compare: --strategy: the strategies are its first argument")
+        try:
+            configs = [
+                parse_run_flags(["--strategy", strategy, *flags], prog="%dtrain compare")
+                for strategy in strategies
+            ]
+            comparison = Comparison(configs)
+        except _user_errors() as error:
+            raise UsageError(f"%dtrain compare: {error}") from None
+        if variable is not None:
+            self.shell.user_ns[variable] = comparison
+        return comparison.wait() if wait else comparison
+
     def _cell_model(self, cell: str):
         from workbench.models import Sequential
 
@@ -129,6 +157,8 @@ class WorkbenchMagics(Magics):
         return model
 
     def _subcommand(self, name: str, arguments: list[str]) -> Any:
+        if name == "compare":
+            return self._compare(arguments)
         if name == "panel":
             from workbench.notebook.panel import TrainingForm, form_start
 
