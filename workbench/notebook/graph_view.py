@@ -1,0 +1,104 @@
+"""The partitioned graph of a model-parallel run, drawn: one lane per device (its colour), the
+device's nodes in the order they run, edges inside a partition in grey, and every Send/Recv pair
+as a red dashed edge between the lanes, labelled by its rendezvous key on hover.
+
+``plan_view(config)`` builds the same plan ``dtrain plan`` prints, without starting anything.
+"""
+
+from __future__ import annotations
+
+from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.palettes import Category10
+from bokeh.plotting import figure
+
+from workbench.config import RunConfig
+from workbench.passes import Partitioned
+
+MARKERS = {"send": "triangle", "recv": "inverted_triangle"}
+
+
+def partition_figure(partitioned: Partitioned, width: int = 920) -> figure:
+    devices = list(partitioned.partitions)
+    colours = {device: Category10[10][i % 10] for i, device in enumerate(devices)}
+    position: dict[str, tuple[int, int]] = {}
+    nodes = {"x": [], "y": [], "name": [], "op": [], "device": [], "colour": [], "marker": []}
+    inside = {"x0": [], "y0": [], "x1": [], "y1": []}
+    for lane, (device, graph) in enumerate(partitioned.partitions.items()):
+        for order, node in enumerate(graph.nodes):
+            position[node.name] = (order, lane)
+            nodes["x"].append(order)
+            nodes["y"].append(lane)
+            nodes["name"].append(node.name)
+            nodes["op"].append(node.op)
+            nodes["device"].append(device)
+            nodes["colour"].append(colours[device])
+            nodes["marker"].append(MARKERS.get(node.op, "circle"))
+        for node in graph.nodes:
+            for value in node.inputs:
+                if value.node in position and position[value.node][1] == lane:
+                    x0, y0 = position[value.node]
+                    x1, y1 = position[node.name]
+                    inside["x0"].append(x0)
+                    inside["y0"].append(y0)
+                    inside["x1"].append(x1)
+                    inside["y1"].append(y1)
+    sends, receives = {}, {}
+    for graph in partitioned.partitions.values():
+        for node in graph.nodes:
+            if node.op in MARKERS:
+                (sends if node.op == "send" else receives)[node.attrs["key"]] = node.name
+    across = {"x0": [], "y0": [], "x1": [], "y1": [], "key": []}
+    for key, sender in sends.items():
+        if key in receives:
+            (x0, y0), (x1, y1) = position[sender], position[receives[key]]
+            for column, value in zip(("x0", "y0", "x1", "y1", "key"), (x0, y0, x1, y1, key)):
+                across[column].append(value)
+
+    chart = figure(
+        title=f"partitioned graph: {len(devices)} devices, {len(sends)} Send/Recv pairs",
+        width=width,
+        height=120 + 90 * len(devices),
+        y_range=(-0.6, len(devices) - 0.4),
+        x_axis_label="position in the device's partition (execution order)",
+        tools="pan,wheel_zoom,box_zoom,reset,save",
+    )
+    chart.yaxis.ticker = list(range(len(devices)))
+    chart.yaxis.major_label_overrides = {lane: device for lane, device in enumerate(devices)}
+    chart.segment("x0", "y0", "x1", "y1", source=ColumnDataSource(inside), color="#bbbbbb")
+    pairs = chart.segment(
+        "x0",
+        "y0",
+        "x1",
+        "y1",
+        source=ColumnDataSource(across),
+        color="firebrick",
+        line_dash="dashed",
+        line_width=2,
+        legend_label="Send/Recv",
+    )
+    dots = chart.scatter(
+        "x", "y", source=ColumnDataSource(nodes), color="colour", marker="marker", size=9
+    )
+    chart.add_tools(HoverTool(renderers=[dots], tooltips=[("node", "@name"), ("op", "@op")]))
+    chart.add_tools(HoverTool(renderers=[pairs], tooltips=[("key", "@key")]))
+    return chart
+
+
+def plan_view(config: RunConfig, model=None) -> figure:
+    """The model-parallel plan of ``config`` (its model preset, or ``model``), drawn."""
+    from workbench.config import validate_config
+    from workbench.data import load_dataset
+    from workbench.models import build_model
+    from workbench.optim import make_optimizer
+    from workbench.parallel.model_parallel_graph import build_model_parallel_graph
+    from workbench.runtime import device_name
+
+    config = validate_config(config)
+    dataset = load_dataset(config.dataset, seed=config.seed)
+    if model is None:
+        model = build_model(config.model, dataset.input_shape, dataset.num_classes, config.hidden)
+    devices = [device_name("cpu", task=rank) for rank in range(config.devices)]
+    plan = build_model_parallel_graph(
+        model, make_optimizer(config.optimizer), config.batch_size, config.dtype, devices
+    )
+    return partition_figure(plan.partitioned)
