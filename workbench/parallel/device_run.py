@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.dashboard import publish_run
 from workbench.events import EventLog
 from workbench.parallel.dispatch import submit_each, wait_all
 from workbench.parallel.step_loop import drive_steps
@@ -60,7 +61,11 @@ def run_on_devices(
 ) -> TrainingSession:
     config = job.config
     deadline = config.stall_timeout + 120
-    with start_cluster(devices, job.device_type, config.cluster, jobs=jobs) as session:
+    with (
+        start_cluster(devices, job.device_type, config.cluster, jobs=jobs) as session,
+        publish_run(session, strategy, job, log, progress),  # events -> the dashboard's pages
+    ):
+        job.dashboard_link = session.dashboard_link
         if session.dashboard_link:
             progress(f"[{strategy}] Dask dashboard: {session.dashboard_link}")
         plan = make_plan(session)

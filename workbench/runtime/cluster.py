@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from workbench.dashboard import scheduler_options
 from workbench.runtime.devices import DeviceError, device_name
 from workbench.runtime.shared_memory import unlink_run_segments
 from workbench.runtime.worker_service import DeviceService
@@ -62,6 +63,7 @@ def _local_cluster(devices: int, device_type: str):
             threads_per_worker=1,
             host="127.0.0.1",
             dashboard_address="127.0.0.1:0",
+            scheduler_kwargs=scheduler_options(),  # the workbench's dashboard pages
         )
     # The worker environment, set before each worker process is spawned (glibc reads its
     # malloc variables at process start, BLAS its thread counts at import). One BLAS/OpenMP
@@ -99,6 +101,7 @@ def _local_cluster(devices: int, device_type: str):
                 host="127.0.0.1",
                 dashboard_address="127.0.0.1:0",
                 memory_limit=0,
+                scheduler_kwargs=scheduler_options(),  # the workbench's dashboard pages
             )
     finally:
         for name, value in previous.items():

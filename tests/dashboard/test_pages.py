@@ -1,0 +1,68 @@
+"""The dashboard pages over a run board, without a server: what each page shows, and how it
+follows the newest run."""
+
+from bokeh.document import Document
+
+from workbench.dashboard.pages import NO_RUN, REFRESH_MILLISECONDS, show_page
+from workbench.dashboard.preload import PAGE_FIGURES
+from workbench.dashboard.run_board import RunBoard
+from workbench.events.records import PhaseEvent, ScalarEvent
+
+DESCRIPTION = {"strategy": "mirrored", "devices": ["/task:0", "/task:1"], "batch_size": 32}
+
+
+def events(steps: range) -> list[dict]:
+    found = []
+    for step in steps:
+        for rank in (0, 1):
+            start = 0.1 * step
+            found.append(PhaseEvent(f"/task:{rank}", "compute", step, start, start + 0.06))
+            found.append(PhaseEvent(f"/task:{rank}", "allreduce", step, start + 0.06, start + 0.09))
+        found.append(ScalarEvent("loss", step, 2.0 - 0.01 * step, 0.1 * step + 0.09))
+    return [event.to_dict() for event in found]
+
+
+def test_every_page_shows_its_two_figures_titled_no_run_before_any_run():
+    for figure_names in PAGE_FIGURES.values():
+        document = Document()
+        page = show_page(figure_names, RunBoard(), document)
+        assert document.roots == [page.root]
+        assert page.root.children == page.figures
+        assert len(page.figures) == 2
+        assert all(chart.title.text.endswith(f" — {NO_RUN}") for chart in page.figures)
+        assert REFRESH_MILLISECONDS >= 100  # at most 10 refreshes a second
+
+
+def test_a_page_draws_what_arrives_and_says_when_the_run_ended():
+    board = RunBoard()
+    page = show_page(PAGE_FIGURES["/individual-workbench-loss"], board, Document())
+    board.publish("run-1", events(range(5)), DESCRIPTION)
+    page.tick()
+    assert page.charts.sources["loss"].data["step"] == [0, 1, 2, 3, 4]
+    assert page.figures[0].title.text == "loss — mirrored, 2 devices, run run-1 (live)"
+    board.publish("run-1", events(range(5, 8)), finished=True)
+    page.tick()
+    assert page.charts.sources["loss"].data["step"] == list(range(8))
+    assert page.figures[1].title.text.endswith("run run-1 (finished)")
+
+
+def test_the_utilization_and_timeline_pages_show_every_device():
+    board = RunBoard()
+    board.publish("run-1", events(range(3)), DESCRIPTION)
+    utilization = show_page(PAGE_FIGURES["/individual-workbench-utilization"], board, Document())
+    timeline = show_page(PAGE_FIGURES["/individual-workbench-timeline"], board, Document())
+    assert utilization.charts.sources["traffic"].data["device"] == ["/task:0", "/task:1"]
+    assert len(timeline.charts.sources["timeline"].data["phase"]) == 12
+    assert timeline.charts.sources["stragglers"].data["device"] == ["/task:0", "/task:1"]
+
+
+def test_a_page_moves_to_a_newer_run():
+    board = RunBoard()
+    board.publish("run-1", events(range(5)), DESCRIPTION)
+    page = show_page(PAGE_FIGURES["/individual-workbench-loss"], board, Document())
+    board.publish("run-2", events(range(2)), {**DESCRIPTION, "strategy": "parameter-server"})
+    page.tick()
+    assert page.run_id == "run-2"
+    assert page.charts.sources["loss"].data["step"] == [0, 1]
+    assert page.root.children == page.figures
+    assert "parameter-server" in page.figures[0].title.text

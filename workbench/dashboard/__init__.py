@@ -1,0 +1,55 @@
+"""The workbench's pages on the Dask scheduler's dashboard (``/individual-workbench-loss``,
+``-utilization``, ``-timeline``), drawn from the run's events only (DESIGN 3.4).
+
+What flows where::
+
+    client: EventLog ──publisher (thread, <= 4 batches/s)──► scheduler comm handler
+    scheduler: RunBoard (recent runs, bounded) ──pages (Bokeh, <= 5 refreshes/s)──► browser
+
+- :mod:`~workbench.dashboard.preload` is a scheduler preload: importing it registers the pages,
+  its ``dask_setup`` installs the board and the handlers (:mod:`~workbench.dashboard.handlers`).
+  Clusters the workbench starts get it (:func:`scheduler_options`); an existing scheduler is
+  started with ``dask scheduler --preload workbench.dashboard.preload``.
+- :mod:`~workbench.dashboard.run_board` is plain state: events by run with sequence numbers.
+- :mod:`~workbench.dashboard.pages` reuses the notebook's ``LiveCharts`` over a copy of the
+  board's events; a page follows the newest run.
+- :mod:`~workbench.dashboard.publisher` never blocks or fails training: a scheduler without the
+  preload gets one warning line and no pages.
+"""
+
+from __future__ import annotations
+
+from workbench.dashboard.handlers import PRELOAD
+from workbench.dashboard.publisher import EventPublisher, publish_run, publishing
+from workbench.dashboard.run_board import RunBoard
+
+
+def scheduler_options() -> dict:
+    """Scheduler keyword arguments adding the workbench preload to the configured ones.
+
+    Examples
+    --------
+    >>> scheduler_options()["preload"][-1]
+    'workbench.dashboard.preload'
+    """
+    import dask
+
+    preloads = dask.config.get("distributed.scheduler.preload", default=None) or []
+    preloads = [preloads] if isinstance(preloads, str) else list(preloads)
+    if PRELOAD in preloads:
+        return {}
+    options = {"preload": [*preloads, PRELOAD]}
+    argv = dask.config.get("distributed.scheduler.preload-argv", default=None) or []
+    if argv and not isinstance(argv[0], str):  # one argument list per preload: ours takes none
+        options["preload_argv"] = [*argv, []]
+    return options
+
+
+__all__ = [
+    "PRELOAD",
+    "EventPublisher",
+    "RunBoard",
+    "publish_run",
+    "publishing",
+    "scheduler_options",
+]

@@ -1,0 +1,99 @@
+"""The workbench's dashboard pages: the notebook's live charts, fed from the run board.
+
+A page follows the newest run on the board. It copies that run's events into an
+:class:`~workbench.events.EventLog` of its own and draws it with the notebook's
+:class:`~workbench.notebook.charts.LiveCharts` (the same charts, the same code), showing only
+the figures of its page. When a newer run appears, the page starts over with that run.
+"""
+
+from __future__ import annotations
+
+from bokeh.document import Document
+from bokeh.layouts import column
+
+from workbench.dashboard.run_board import PHASES_KEPT, SCALARS_KEPT, RunBoard
+from workbench.events import EventLog
+from workbench.notebook.charts import MAX_REFRESH_HZ, LiveCharts
+
+# 5 refreshes a second: live enough, and never above the charts' own cap.
+REFRESH_MILLISECONDS = max(200, 1000 // MAX_REFRESH_HZ)
+# A page that has copied this many events starts over from what the board keeps, so an open
+# page lives in bounded memory however long the run goes.
+PAGE_EVENTS_KEPT = 2 * (SCALARS_KEPT + PHASES_KEPT)
+NO_RUN = "no workbench run yet"
+
+
+def describe(run_id: str, description: dict, finished: bool) -> str:
+    """The caption after each figure's title, e.g. ``mirrored, 2 devices, run 3f2a… (live)``."""
+    devices = description.get("devices") or []
+    parts = [
+        description.get("strategy", "run"),
+        f"{len(devices)} devices" if devices else None,
+        f"run {run_id}",
+    ]
+    caption = ", ".join(part for part in parts if part)
+    return f"{caption} ({'finished' if finished else 'live'})"
+
+
+class RunPage:
+    """One open page (one Bokeh document): ``root`` holds its figures, :meth:`tick` brings them
+    up to date with the board."""
+
+    def __init__(self, board: RunBoard, figure_names: tuple[str, ...]) -> None:
+        self.board, self.figure_names = board, figure_names
+        self.root = column(sizing_mode="stretch_both")
+        self.run_id: str | None = None
+        self._position = 0
+        self._finished = False
+        self._show(None)
+
+    def _show(self, run_id: str | None) -> None:
+        run = self.board.run(run_id) if run_id is not None else None
+        description = run.description if run is not None else {}
+        self.run_id, self._position, self._finished, self._copied = run_id, 0, False, 0
+        self.log = EventLog()
+        self.charts = LiveCharts(self.log, int(description.get("batch_size") or 1))
+        self.figures = [self.charts.figures[name] for name in self.figure_names]
+        self._titles = [chart.title.text for chart in self.figures]
+        for chart in self.figures:
+            chart.sizing_mode = "stretch_both"
+        self._caption(description if run is not None else None)
+        self.root.children = list(self.figures)
+
+    def _caption(self, description: dict | None) -> None:
+        caption = (
+            NO_RUN if description is None else describe(self.run_id, description, self._finished)
+        )
+        for chart, title in zip(self.figures, self._titles):
+            chart.title.text = f"{title} — {caption}"
+
+    def tick(self) -> None:
+        """Follow the newest run and draw what arrived since the last tick."""
+        latest = self.board.latest()
+        if latest != self.run_id or self._copied > PAGE_EVENTS_KEPT:
+            self._show(latest)
+        if self.run_id is None:
+            return
+        new, self._position = self.board.read(self.run_id, self._position)
+        for event in new:
+            self.log.emit(event)
+        self._copied += len(new)
+        run = self.board.run(self.run_id)
+        finished = run is not None and run.finished
+        if finished != self._finished:
+            self._finished = finished
+            self._caption(run.description)
+        if new:
+            self.charts.refresh()
+
+
+def show_page(figure_names: tuple[str, ...], board: RunBoard, document: Document) -> RunPage:
+    """Build a page of the charts ``figure_names`` into ``document`` and keep it fresh (the
+    Bokeh server calls the periodic callback on the scheduler's event loop, where the board is
+    filled too)."""
+    page = RunPage(board, figure_names)
+    page.tick()
+    document.add_root(page.root)
+    document.title = f"dtrain: {' and '.join(page.figure_names)}"
+    document.add_periodic_callback(page.tick, REFRESH_MILLISECONDS)
+    return page
