@@ -17,6 +17,7 @@ from workbench.bench import (
     allreduce_suite,
     bench_command,
     bubble_suite,
+    charts_suite,
     ddp_suite,
     overhead_suite,
     torch_reference,
@@ -40,6 +41,7 @@ def results() -> dict:
         "allreduce": [*ALLREDUCE_FLAGS, "--transfers", "2"],
         "overhead": ["overhead", "--train-steps", "30", "--repeats", "1"],
         "bubble": [*BUBBLE_FLAGS, "--repeats", "1"],
+        "charts": ["charts", "--train-steps", "30", "--repeats", "1"],
     }.items():
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
@@ -155,3 +157,19 @@ def test_the_suites_are_listed_and_check_their_flags(capsys):
     assert all(name in listed for name in ("ddp", "allreduce", "overhead"))
     assert bench_command(["allreduce", "--allreduce-mib", "-1"]) == 2
     assert bench_command(["ddp", "--repeats", "0"]) == 2
+
+
+def test_charts_suite_measures_each_strategy_with_charts_on_and_off(results):
+    result = results["charts"]
+    assert [row["strategy"] for row in result["rows"]] == ["one-device", "mirrored"]
+    for row in result["rows"]:
+        _positive_spread(row["off_samples_per_second"])
+        _positive_spread(row["on_samples_per_second"])
+        assert row["on_over_off"] == pytest.approx(
+            row["on_samples_per_second"]["median"] / row["off_samples_per_second"]["median"]
+        )
+        # The charts really refreshed while the run trained, and never above 10 a second.
+        assert all(run["refreshes"] >= 1 for run in row["runs"]["on"])
+        assert all(run["refreshes"] == 0 for run in row["runs"]["off"])
+        assert row["refreshes_per_second"]["max"] <= 10.5
+    assert "| one-device (1 device) |" in charts_suite.render(result)

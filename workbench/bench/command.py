@@ -14,7 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.bench import allreduce_suite, bubble_suite, ddp_suite, overhead_suite
+from workbench.bench import (
+    allreduce_suite,
+    bubble_suite,
+    charts_suite,
+    ddp_suite,
+    overhead_suite,
+)
 from workbench.bench.machine import describe_machine, machine_lines
 from workbench.bench.step_suite import AgreementError, StepSettings, run_step_suite
 from workbench.runtime import DeviceError
@@ -144,6 +150,12 @@ SUITES: dict[str, Suite] = {
         bubble_suite.run_from_args,
         bubble_suite.render,
     ),
+    "charts": Suite(
+        "charts",
+        "a run with live notebook charts vs the same run without: one-device and mirrored",
+        charts_suite.run_from_args,
+        charts_suite.render,
+    ),
 }
 
 
@@ -215,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="fix glibc's malloc thresholds in every contender's process (default), or leave "
         "glibc's history-dependent defaults (then watch the page-faults column)",
     )
-    distributed = parser.add_argument_group("ddp, allreduce, overhead and bubble suites")
+    distributed = parser.add_argument_group("ddp, allreduce, overhead, bubble and charts suites")
     distributed.add_argument(
         "--devices", type=_positive, default=2, help="ddp: data-parallel devices/processes (2)"
     )
@@ -223,11 +235,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--train-steps",
         type=_positive,
         default=None,
-        help="ddp, overhead, bubble: training steps per run (200, 400, 20); the first 10%% "
+        help="ddp, overhead, bubble, charts: training steps per run (200, 400, 20, 300); the "
+        "first 10%% "
         "(at most 20) are warm-up",
     )
     distributed.add_argument(
-        "--repeats", type=_positive, default=3, help="ddp, overhead, bubble: runs each (3)"
+        "--repeats", type=_positive, default=3, help="ddp, overhead, bubble, charts: runs each (3)"
     )
     distributed.add_argument(
         "--transfers", type=_positive, default=10, help="allreduce: timed repetitions (10)"
