@@ -84,12 +84,19 @@ class Strategy:
         return f"{type(self).__name__}({options})"
 
 
-def start(config: RunConfig, model=None, background: bool = True, progress=None):
-    """Start a checked run: in a background thread (a ``BackgroundRun``) or here."""
+def start(
+    config: RunConfig, model=None, background: bool = True, progress=None, panel: bool = False
+):
+    """Start a checked run: in a background thread (a ``BackgroundRun``) or here. With
+    ``panel``, the run's live panel is built before training starts (it is costly to build,
+    and would otherwise compete with the run's first seconds)."""
     if background:
         from workbench.notebook.background_run import BackgroundRun
 
-        return BackgroundRun(config, model=model, progress=progress)
+        run = BackgroundRun(config, model=model, progress=progress, begin=False)
+        if panel:
+            run.panel()
+        return run.begin()
     from workbench.training.runner import run_training
 
     return run_training(config, model=model, progress=progress or (lambda line: None))

@@ -24,7 +24,7 @@ def test_compare_runs_each_strategy_and_tabulates_their_figures(shell):
     # The two ran one after another, not at once.
     first, second = comparison.runs
     assert second.started >= first.started + first.summary["wall_seconds"] * 0.5
-    assert [source.data["step"] for source in view.sources] == [list(range(5))] * 2
+    assert [list(source.data["step"]) for source in view.sources] == [list(range(5))] * 2
     assert "parameter-server" in view.table.value and "samples/s" in view.table.value
 
 

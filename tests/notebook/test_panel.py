@@ -22,8 +22,8 @@ def test_after_a_run_the_chart_sources_hold_every_streamed_point(shell):
     panel.updater.join(30)
     elapsed = time.monotonic() - started
     sources = panel.charts.sources
-    assert sources["loss"].data["step"] == list(range(8))
-    assert sources["loss"].data["loss"] == [e.value for e in run.log.scalars("loss")]
+    assert list(sources["loss"].data["step"]) == list(range(8))
+    assert list(sources["loss"].data["loss"]) == [e.value for e in run.log.scalars("loss")]
     assert len(sources["test_loss"].data["value"]) == 1
     assert set(sources["timeline"].data["phase"]) >= {"compute"}
     assert len(sources["timeline"].data["start"]) == len(run.log.phases())

@@ -235,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--train-steps",
         type=_positive,
         default=None,
-        help="ddp, overhead, bubble, charts: training steps per run (200, 400, 20, 300); the "
+        help="ddp, overhead, bubble, charts: training steps per run (200, 400, 20, 2000); the "
         "first 10%% "
         "(at most 20) are warm-up",
     )

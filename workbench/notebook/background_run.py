@@ -36,6 +36,7 @@ class BackgroundRun:
         model: Sequential | None = None,
         store: RunStore | None = None,
         progress: Callable[[str], None] | None = None,
+        begin: bool = True,
     ) -> None:
         prepared = prepare_run(config, model)  # raises on bad input; nothing started yet
         self.config = prepared.config
@@ -59,7 +60,15 @@ class BackgroundRun:
         self._thread = threading.Thread(
             target=self._train, args=(prepared,), name=f"dtrain-{self.run_id}", daemon=True
         )
+        if begin:
+            self.begin()
+
+    def begin(self) -> BackgroundRun:
+        """Start training (the constructor does, unless ``begin=False``: then build what
+        watches the run first, so building it does not compete with the training)."""
+        self.started = time.time()
         self._thread.start()
+        return self
 
     def _say(self, line: str) -> None:
         self.lines.append(line)

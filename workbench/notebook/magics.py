@@ -102,7 +102,7 @@ class WorkbenchMagics(Magics):
         model = self._cell_model(cell) if cell is not None else None
         try:
             config = parse_run_flags(flags, prog="%dtrain")
-            run = start(config, model)
+            run = start(config, model, panel=True)  # the cell displays it
         except _user_errors() as error:
             raise UsageError(f"%dtrain: {error}") from None
         self.runs.add(run)
