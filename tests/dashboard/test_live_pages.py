@@ -198,6 +198,7 @@ def test_an_existing_scheduler_started_with_the_preload_serves_the_pages(
         finally:
             run.stop()
         (finished,) = runs_on(client).values()
+        import sys as _s; print("DEBUG test2 runs", list(runs_on(client)), file=_s.stderr)
         assert finished["finished"]
 
 

@@ -44,9 +44,25 @@ def test_updates_carry_only_what_arrived_since_the_last_one():
     feed = ChartFeed(log, batch_size=64)
     first = feed.update()
     assert first.appended["loss"]["step"] == [0, 1, 2]
-    # Two steps a second apart in the window: 64 samples per second.
-    assert first.appended["throughput"]["samples_per_second"] == pytest.approx([64.0, 64.0])
+    # Steps end a second apart (64 samples per second); step 2 is not known complete yet.
+    assert first.appended["throughput"]["step"] == [1]
+    assert first.appended["throughput"]["samples_per_second"] == pytest.approx([64.0])
     assert feed.update().appended == {}
     log.scalar("loss", 3, 0.5, 3.3)
     later = feed.update()
     assert later.appended["loss"]["step"] == [3] and "utilization" not in later.replaced
+    log.phase("/task:0", "compute", 3, 3.0, 3.2)
+    assert feed.update().appended["throughput"]["step"] == [2]  # a later step began
+    log.scalar("test_loss", 3, 0.4, 3.5)
+    assert feed.update().appended["throughput"]["step"] == [3]  # the run ended
+
+
+def test_throughput_follows_when_steps_ran_not_when_their_losses_arrived():
+    log = EventLog()
+    for step in range(20):  # steps 10 ms apart, losses reported in one batch at the end
+        log.phase("/task:0", "compute", step, step * 0.01, step * 0.01 + 0.009)
+    for step in range(20):
+        log.scalar("loss", step, 1.0, 5.0)
+    log.scalar("test_loss", 19, 1.0, 5.1)
+    rates = ChartFeed(log, batch_size=32).update().appended["throughput"]["samples_per_second"]
+    assert rates == pytest.approx([3200.0] * 19)

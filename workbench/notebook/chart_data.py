@@ -48,7 +48,10 @@ class ChartFeed:
     def __init__(self, log: EventLog, batch_size: int) -> None:
         self.log, self.batch_size = log, batch_size
         self._position = 0
-        self._loss_times: list[float] = []
+        self._step_end: dict[int, float] = {}
+        self._throughput_through = -1
+        self._run_ended = False
+        self._first_start = float("inf")
         self._phases: list[PhaseEvent] = []
         self._sent: dict[str, int] = defaultdict(int)
         self._received: dict[str, int] = defaultdict(int)
@@ -64,6 +67,7 @@ class ChartFeed:
                 self._scalar(event, update)
             else:
                 self._phase(event, update)
+        self._throughput(update)
         if any(isinstance(event, PhaseEvent) for event in new):
             update.replaced["utilization"] = self.utilization()
             update.replaced["traffic"] = self.traffic()
@@ -73,20 +77,33 @@ class ChartFeed:
     def _scalar(self, event: ScalarEvent, update: ChartUpdate) -> None:
         if event.name == "loss":
             update.append("loss", step=event.step, loss=event.value, time=event.time)
-            self._loss_times.append(event.time)
-            if len(self._loss_times) > 1:
-                window = self._loss_times[-(THROUGHPUT_WINDOW + 1) :]
-                seconds = window[-1] - window[0]
-                if seconds > 0:
-                    rate = (len(window) - 1) * self.batch_size / seconds
-                    update.append("throughput", step=event.step, samples_per_second=rate)
         elif event.name in ("test_loss", "test_accuracy", "staleness"):
             update.append(event.name, step=event.step, value=event.value, time=event.time)
+            if event.name == "test_loss":
+                self._run_ended = True
+
+    def _throughput(self, update: ChartUpdate) -> None:
+        """Samples/s over the last ``THROUGHPUT_WINDOW`` completed steps, from when each step's
+        last phase ended on any device (loss values arrive in batches, their times do not tell
+        when a step ran). A step is complete once a later one has begun, or the run ended."""
+        seen = sorted(self._step_end)
+        complete = seen if self._run_ended else seen[:-1]
+        for index, step in enumerate(complete):
+            if step <= self._throughput_through:
+                continue
+            earlier = complete[max(0, index - THROUGHPUT_WINDOW)]
+            seconds = self._step_end[step] - self._step_end[earlier]
+            if index > 0 and seconds > 0:
+                rate = (index - max(0, index - THROUGHPUT_WINDOW)) * self.batch_size / seconds
+                update.append("throughput", step=step, samples_per_second=rate)
+            self._throughput_through = step
 
     def _phase(self, event: PhaseEvent, update: ChartUpdate) -> None:
         if event.device not in self._devices:
             self._devices.append(event.device)
         self._phases.append(event)
+        self._step_end[event.step] = max(self._step_end.get(event.step, event.end), event.end)
+        self._first_start = min(self._first_start, event.start)
         self._sent[event.device] += event.bytes
         self._received[event.device] += event.bytes_received
         span = self._step_spans.setdefault((event.device, event.step), [event.start, event.end])
@@ -103,9 +120,9 @@ class ChartFeed:
 
     def utilization(self) -> dict[str, list]:
         """Per device, the share of the last ``UTILIZATION_WINDOW_S`` seconds (up to the newest
-        event) spent computing, communicating and idle."""
+        event, from the first at most) spent computing, communicating and idle."""
         latest = max(event.end for event in self._phases)
-        since = max(0.0, latest - UTILIZATION_WINDOW_S)
+        since = max(self._first_start, latest - UTILIZATION_WINDOW_S)  # not the cluster's start
         window = latest - since or 1.0
         compute: dict[str, float] = defaultdict(float)
         communication: dict[str, float] = defaultdict(float)

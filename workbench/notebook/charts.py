@@ -19,19 +19,29 @@ from typing import Any
 
 import numpy as np
 from bokeh.layouts import column, row
-from bokeh.models import ColumnDataSource, HoverTool
-from bokeh.palettes import Category10
+from bokeh.models import ColumnDataSource, HoverTool, NumeralTickFormatter
 from bokeh.plotting import figure
-from bokeh.transform import factor_cmap
+from bokeh.transform import dodge, factor_cmap
 
 from workbench.events import EventLog
-from workbench.events.records import PHASES
 from workbench.notebook.chart_data import ChartFeed
 
 MAX_REFRESH_HZ = 10
 MAX_BUSY_SHARE = 0.03  # of wall time spent refreshing, whatever the refresh costs
 ROLLOVER = {"loss": 20_000, "throughput": 20_000, "timeline": 20_000}
-PHASE_COLOURS = dict(zip(PHASES, Category10[10], strict=False))
+# Compute in greens, moving tensors in blues and purples, waiting in grey: the utilization bars
+# (compute / communication / idle) use the same three families.
+PHASE_COLOURS = {
+    "compute": "#2ca02c",
+    "update": "#98df8a",
+    "allreduce": "#1f77b4",
+    "send": "#17becf",
+    "recv": "#aec7e8",
+    "ps-push": "#9467bd",
+    "ps-pull": "#c5b0d5",
+    "idle": "#dddddd",
+}
+COMPUTE, COMMUNICATION, IDLE = "#2ca02c", "#1f77b4", "#dddddd"
 WIDTH, HEIGHT = 460, 230
 
 
@@ -117,6 +127,7 @@ class LiveCharts:
 
     def _throughput(self) -> figure:
         chart = _figure("throughput (samples/s)", x_axis_label="step")
+        chart.yaxis.formatter = NumeralTickFormatter(format="0,0")
         chart.line("step", "samples_per_second", source=self.sources["throughput"])
         return chart
 
@@ -126,35 +137,42 @@ class LiveCharts:
         return chart
 
     def _utilization(self) -> figure:
-        chart = self._device_figure("utilization (last 5 s)", x_range=(0, 1))
+        chart = self._device_figure("utilization (last 5 s)", x_range=(0, 1), height=HEIGHT + 30)
         chart.hbar_stack(
             ["compute", "communication", "idle"],
             y="device",
             height=0.7,
-            color=["#2ca02c", "#1f77b4", "#dddddd"],
+            color=[COMPUTE, COMMUNICATION, IDLE],
             source=self.sources["utilization"],
-            legend_label=["compute", "communication", "idle"],
+            # A Recv or an all-reduce includes waiting for the peer: a pipeline's bubble shows
+            # up here as communication on the stage that waits.
+            legend_label=["compute", "communication or waiting", "idle"],
         )
-        chart.legend.location = "bottom_right"
+        _legend_below(chart)
         return chart
 
     def _traffic(self) -> figure:
-        chart = self._device_figure("bytes sent / received")
+        chart = self._device_figure("bytes sent / received", height=HEIGHT + 30)
         source = self.sources["traffic"]
-        chart.hbar(y="device", right="sent", height=0.35, source=source, legend_label="sent")
-        chart.hbar(
-            y="device",
-            right="received",
-            height=0.2,
-            source=source,
-            color="orange",
-            legend_label="received",
-        )
-        chart.legend.location = "bottom_right"
+        bars = (("sent", 0.18, COMMUNICATION), ("received", -0.18, "#aec7e8"))
+        for direction, offset, colour in bars:
+            chart.hbar(
+                y=dodge("device", offset, range=chart.y_range),
+                right=direction,
+                height=0.34,
+                source=source,
+                color=colour,
+                legend_label=direction,
+            )
+        chart.xaxis.formatter = NumeralTickFormatter(format="0.0b")
+        chart.xaxis.ticker.desired_num_ticks = 4  # byte labels are wide
+        _legend_below(chart)
         return chart
 
     def _timeline(self) -> figure:
-        chart = self._device_figure("timeline", width=2 * WIDTH, x_axis_label="seconds")
+        chart = self._device_figure(
+            "timeline", width=2 * WIDTH, height=HEIGHT + 40, x_axis_label="seconds since start"
+        )
         bars = chart.hbar(
             y="device",
             left="start",
@@ -170,8 +188,7 @@ class LiveCharts:
                 tooltips=[("phase", "@phase"), ("step", "@step"), ("bytes", "@bytes")],
             )
         )
-        chart.legend.orientation = "horizontal"
-        chart.legend.location = "top_left"
+        _legend_below(chart)
         return chart
 
     def _stragglers(self) -> figure:
@@ -182,6 +199,12 @@ class LiveCharts:
         chart.segment(x0="min", x1="max", y0="device", y1="device", source=source, line_width=3)
         chart.scatter(x="median", y="device", size=10, source=source, color="black")
         return chart
+
+
+def _legend_below(chart: figure) -> None:
+    """Over the bars a legend would hide them."""
+    chart.legend.orientation = "horizontal"
+    chart.add_layout(chart.legend[0], "below")
 
 
 class LiveUpdater:
