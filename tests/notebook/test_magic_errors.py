@@ -61,6 +61,12 @@ MALFORMED = [
     ("--stall-timeout 0", None, ["--stall-timeout"]),
     ("--resume /no/such/checkpoint", None, ["--resume", "manifest.json"]),
     ("--frobnicate", None, ["--frobnicate", "unknown flag"]),
+    (
+        "--strategy mirrored --devices 2 --cluster tcp://127.0.0.1:9",
+        None,
+        ["--cluster", "cannot reach"],
+    ),
+    ("--cluster tcp://127.0.0.1:9", None, ["--cluster", "one-device runs in this process"]),
     ("--device 2", None, ["--device", "did you mean --devices"]),
     ("--steps 3 extra", None, ["extra"]),
     ("garbage", None, ["'garbage'", "list", "stop", "status"]),

@@ -6,6 +6,7 @@ written after training succeeded (and then atomically).
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -51,6 +52,22 @@ def _check_resume(config: RunConfig, saved: dict) -> None:
             )
 
 
+def check_scheduler_reachable(address: str, timeout: float = 3.0) -> None:
+    """Fail now, naming ``--cluster``, if nothing listens at a TCP scheduler address (a run in
+    the background would otherwise fail only later, out of sight)."""
+    from distributed.comm.addressing import get_address_host_port, parse_address
+
+    try:
+        scheme, _ = parse_address(address)
+        if scheme not in ("tcp", "tls"):
+            return  # other transports (ucx, inproc) are checked when the client connects
+        host, port = get_address_host_port(address)
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except (OSError, ValueError) as error:
+        raise ConfigError("--cluster", f"cannot reach a scheduler at {address}: {error}") from None
+
+
 @dataclass
 class PreparedRun:
     """A run that passed every check on user input and has its data and model, but has not
@@ -84,6 +101,8 @@ def prepare_run(config: RunConfig, model: Sequential | None = None) -> PreparedR
     :class:`ConfigError` (or a checkpoint or model error) before anything starts."""
     wall_start = time.perf_counter()
     config = validate_config(config)
+    if config.cluster is not None:
+        check_scheduler_reachable(config.cluster)
     device_type = resolve_device_type(config.device_type)
     checkpoint = load_checkpoint(config.resume) if config.resume else None
     if checkpoint is not None:
