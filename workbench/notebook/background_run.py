@@ -144,9 +144,9 @@ class BackgroundRun:
         return self._panel
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
+        from workbench.notebook.display import show
 
-        display(self.panel().widget)
+        show(self.panel().widget)
 
     def describe(self) -> str:
         loss = self.log.scalars("loss")

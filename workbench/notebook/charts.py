@@ -48,6 +48,8 @@ WIDTH, HEIGHT = 460, 230
 def _figure(title: str, **options) -> figure:
     options.setdefault("width", WIDTH)
     options.setdefault("height", HEIGHT)
+    # Fill the notebook's output width (the widths above are the minimum each chart asks for).
+    options.setdefault("sizing_mode", "stretch_width")
     return figure(title=title, tools="pan,wheel_zoom,box_zoom,reset,save", **options)
 
 
@@ -88,11 +90,13 @@ class LiveCharts:
             "stragglers": self._stragglers(),
         }
         charts = self.figures
+        stretch = {"sizing_mode": "stretch_width"}
         self.layout = column(
-            row(charts["loss"], charts["throughput"]),
-            row(charts["utilization"], charts["traffic"]),
+            row(charts["loss"], charts["throughput"], **stretch),
+            row(charts["utilization"], charts["traffic"], **stretch),
             charts["timeline"],
             charts["stragglers"],
+            **stretch,
         )
         self._lock = threading.Lock()
 

@@ -114,9 +114,9 @@ class Comparison:
         return self._view
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
+        from workbench.notebook.display import show
 
-        display(self.view().widget)
+        show(self.view().widget)
 
 
 def _format(value: Any) -> str:

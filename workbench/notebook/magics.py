@@ -160,11 +160,13 @@ class WorkbenchMagics(Magics):
         if name == "compare":
             return self._compare(arguments)
         if name == "panel":
+            from workbench.notebook.display import show
             from workbench.notebook.panel import TrainingForm, form_start
 
             if arguments:
                 raise UsageError(f"%dtrain panel: takes no arguments, got {' '.join(arguments)}")
-            return TrainingForm(form_start(self)).widget
+            show(TrainingForm(form_start(self)).widget)  # the runs it starts show charts
+            return None
         if name in ("list", "status"):
             if arguments:
                 raise UsageError(f"%dtrain {name}: takes no arguments, got {' '.join(arguments)}")
@@ -197,6 +199,10 @@ def _usage() -> str:
 
 def load_ipython_extension(shell: Any) -> None:
     magics = WorkbenchMagics(shell)
+    if getattr(shell, "kernel", None) is not None:  # a notebook: charts need BokehJS there
+        from workbench.notebook.display import ensure_bokehjs
+
+        ensure_bokehjs()
     # What %dtrain? shows: built on load, since the parser's help needs the registries.
     magics.dtrain.__func__.__doc__ = _usage()
     shell.register_magics(magics)

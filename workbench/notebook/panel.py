@@ -88,6 +88,7 @@ class RunPanel:
         if run.done:
             self.stop_button.disabled = True
             self.stop_button.description = run.state
+            self.stop_button.button_style = "" if run.state != "failed" else "warning"
 
 
 # The form -------------------------------------------------------------------------------
