@@ -198,14 +198,17 @@ def test_an_existing_scheduler_started_with_the_preload_serves_the_pages(
         finally:
             run.stop()
         (finished,) = runs_on(client).values()
-        import sys as _s; print("DEBUG test2 runs", list(runs_on(client)), file=_s.stderr)
         assert finished["finished"]
 
 
 @pytest.fixture
 def cluster_without_preload():
     cluster = LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
     )
     yield cluster
     cluster.close()
