@@ -62,10 +62,16 @@ def _one_run(config, charts: bool, store_root: str) -> dict[str, Any]:
 
 
 def run_charts_suite(settings: ChartsSettings, progress: Progress) -> dict[str, Any]:
+    from workbench.bench.timing import limited_threads
     from workbench.config import RunConfig
 
     rows = []
-    with tempfile.TemporaryDirectory(prefix="dtrain-bench-charts-") as store_root:
+    # One BLAS thread, as in every benchmark process: two spinning BLAS threads on two cores
+    # made the in-process one-device run vary tenfold with whatever else ran.
+    with (
+        tempfile.TemporaryDirectory(prefix="dtrain-bench-charts-") as store_root,
+        limited_threads(1),
+    ):
         for strategy, devices in STRATEGIES.items():
             config = RunConfig(
                 strategy=strategy,
@@ -141,6 +147,7 @@ def render(result: dict[str, Any]) -> str:
     lines.append(
         f"- method: {settings['repeats']} runs each, on and off alternating; a run is a "
         "BackgroundRun in this process (as in a notebook kernel); samples/s = the summary's "
-        "steady state; charts on = LiveCharts in a BokehModel refreshed by a LiveUpdater"
+        "steady state; one BLAS thread; charts on = LiveCharts in a BokehModel refreshed by a "
+        "LiveUpdater"
     )
     return "\n".join(lines)

@@ -57,6 +57,8 @@ class BackgroundRun:
         self._panel = None
         self._recorder = (store or RunStore()).create(self.run_id, self.config.to_dict())
         self.log.subscribe(self._recorder.record)
+        self._steps_done = self.first_step
+        self.log.subscribe(self._count_steps)
         self._thread = threading.Thread(
             target=self._train, args=(prepared,), name=f"dtrain-{self.run_id}", daemon=True
         )
@@ -112,11 +114,14 @@ class BackgroundRun:
     def events(self) -> list[PhaseEvent | ScalarEvent]:
         return self.log.events
 
+    def _count_steps(self, event) -> None:
+        if isinstance(event, ScalarEvent) and event.name == "loss":
+            self._steps_done = max(self._steps_done, event.step + 1)
+
     @property
     def step(self) -> int:
-        """Global steps completed so far."""
-        losses = self.log.scalars("loss")
-        return losses[-1].step + 1 if losses else self.first_step
+        """Global steps completed so far (the panel asks often: kept, not recounted)."""
+        return self._steps_done
 
     @property
     def metrics(self) -> dict[str, list]:
@@ -149,7 +154,7 @@ class BackgroundRun:
         show(self.panel().widget)
 
     def describe(self) -> str:
-        loss = self.log.scalars("loss")
+        loss = self.log.scalars("loss")  # on request only
         shown = f"loss {loss[-1].value:.4f}" if loss else "no step yet"
         return (
             f"{self.run_id}  {self.state:<8}  {self.config.strategy} x{self.config.devices}  "

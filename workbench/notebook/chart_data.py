@@ -7,7 +7,7 @@ current table (utilization, traffic, stragglers: one row per device, replaced).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,6 +17,7 @@ from workbench.events.records import COMMUNICATION_PHASES, PhaseEvent, ScalarEve
 
 THROUGHPUT_WINDOW = 10  # steps the samples/s line averages over
 UTILIZATION_WINDOW_S = 5.0  # seconds of recent activity the utilization bars describe
+STRAGGLER_STEPS = 200  # recent steps the straggler view describes
 
 
 @dataclass
@@ -52,7 +53,8 @@ class ChartFeed:
         self._throughput_through = -1
         self._run_ended = False
         self._first_start = float("inf")
-        self._phases: list[PhaseEvent] = []
+        self._latest = 0.0
+        self._recent: deque[PhaseEvent] = deque()  # phases that may still be in the window
         self._sent: dict[str, int] = defaultdict(int)
         self._received: dict[str, int] = defaultdict(int)
         self._step_spans: dict[tuple[str, int], list[float]] = {}
@@ -101,12 +103,17 @@ class ChartFeed:
     def _phase(self, event: PhaseEvent, update: ChartUpdate) -> None:
         if event.device not in self._devices:
             self._devices.append(event.device)
-        self._phases.append(event)
+        self._recent.append(event)
+        self._latest = max(self._latest, event.end)
+        while self._recent and self._recent[0].end < self._latest - UTILIZATION_WINDOW_S:
+            self._recent.popleft()
         self._step_end[event.step] = max(self._step_end.get(event.step, event.end), event.end)
         self._first_start = min(self._first_start, event.start)
         self._sent[event.device] += event.bytes
         self._received[event.device] += event.bytes_received
         span = self._step_spans.setdefault((event.device, event.step), [event.start, event.end])
+        if len(self._step_spans) > 4 * STRAGGLER_STEPS * max(1, len(self._devices)):
+            self._forget_old_steps()
         span[0], span[1] = min(span[0], event.start), max(span[1], event.end)
         update.append(
             "timeline",
@@ -118,15 +125,20 @@ class ChartFeed:
             bytes=event.bytes + event.bytes_received,
         )
 
+    def _forget_old_steps(self) -> None:
+        newest = max(step for _, step in self._step_spans)
+        for key in [key for key in self._step_spans if key[1] <= newest - STRAGGLER_STEPS]:
+            del self._step_spans[key]
+
     def utilization(self) -> dict[str, list]:
         """Per device, the share of the last ``UTILIZATION_WINDOW_S`` seconds (up to the newest
         event, from the first at most) spent computing, communicating and idle."""
-        latest = max(event.end for event in self._phases)
+        latest = self._latest
         since = max(self._first_start, latest - UTILIZATION_WINDOW_S)  # not the cluster's start
         window = latest - since or 1.0
         compute: dict[str, float] = defaultdict(float)
         communication: dict[str, float] = defaultdict(float)
-        for event in reversed(self._phases):
+        for event in self._recent:
             if event.end < since:
                 continue
             overlap = event.end - max(event.start, since)
@@ -149,11 +161,17 @@ class ChartFeed:
         }
 
     def stragglers(self) -> dict[str, list]:
-        """Per device, its step time (first phase start to last phase end) min/median/max."""
+        """Per device, its step time (first phase start to last phase end) min/median/max
+        over its last ``STRAGGLER_STEPS`` steps."""
         rows = {"device": [], "min": [], "median": [], "max": []}
+        newest = max(step for _, step in self._step_spans)
+        recent = [
+            (owner, end - start)
+            for (owner, step), (start, end) in self._step_spans.items()
+            if step > newest - STRAGGLER_STEPS
+        ]
         for device in self._devices:
-            spans = self._step_spans.items()
-            times = [end - start for (owner, _), (start, end) in spans if owner == device]
+            times = [duration for owner, duration in recent if owner == device] or [0.0]
             rows["device"].append(device)
             rows["min"].append(float(np.min(times)))
             rows["median"].append(float(np.median(times)))

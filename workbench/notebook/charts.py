@@ -27,7 +27,7 @@ from workbench.events import EventLog
 from workbench.notebook.chart_data import ChartFeed
 
 MAX_REFRESH_HZ = 10
-MAX_BUSY_SHARE = 0.03  # of wall time spent refreshing, whatever the refresh costs
+MAX_BUSY_SHARE = 0.02  # of wall time spent refreshing, whatever the refresh costs
 ROLLOVER = {"loss": 20_000, "throughput": 20_000, "timeline": 20_000}
 # Compute in greens, moving tensors in blues and purples, waiting in grey: the utilization bars
 # (compute / communication / idle) use the same three families.
@@ -197,7 +197,9 @@ class LiveCharts:
 
     def _stragglers(self) -> figure:
         chart = self._device_figure(
-            "step time per device (min / median / max)", width=2 * WIDTH, x_axis_label="seconds"
+            "step time per device, last 200 steps (min / median / max)",
+            width=2 * WIDTH,
+            x_axis_label="seconds",
         )
         source = self.sources["stragglers"]
         chart.segment(x0="min", x1="max", y0="device", y1="device", source=source, line_width=3)
