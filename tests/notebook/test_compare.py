@@ -43,3 +43,22 @@ def test_a_malformed_comparison_starts_nothing(shell, line, expected):
     with pytest.raises(UsageError, match=expected):
         shell.run_line_magic("dtrain", line)
     assert not magics.runs.all()
+
+
+def test_finished_runs_are_compared_from_the_store(shell, store_root):
+    from workbench.notebook.compare import compare_stored
+    from workbench.store import RunStore
+
+    first = shell.run_line_magic("dtrain", "--steps 4 --hidden 8 --wait")
+    second = shell.run_line_magic("dtrain", "--steps 6 --hidden 8 --optimizer sgd --wait")
+    ids = [run.run_id for run in RunStore(store_root).runs()]
+    assert len(ids) == 2 and first["steps"] == 4 and second["steps"] == 6
+    comparison = compare_stored([ids[0], ids[1][:-2]], store=RunStore(store_root))
+    assert [row["steps"] for row in comparison.rows()] == [4, 6]
+    assert [row["state"] for row in comparison.rows()] == ["finished", "finished"]
+    assert comparison.rows()[1]["final_loss"] == second["final_loss"]
+    view = comparison.view()
+    view.updater.join(30)
+    assert [len(source.data["step"]) for source in view.sources] == [4, 6]
+    with pytest.raises(KeyError, match="matches no stored run"):
+        compare_stored(["nope"], store=RunStore(store_root))

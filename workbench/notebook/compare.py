@@ -33,13 +33,17 @@ TABLE_COLUMNS = (
 
 def comparison_row(run: BackgroundRun) -> dict[str, Any]:
     """What the comparison table shows for one run (None where it does not apply yet)."""
-    summary = run.summary or {}
+    return _row(run.config.strategy, run.state, run.step - run.first_step, run.summary)
+
+
+def _row(strategy: str, state: str, steps: int, summary: dict | None) -> dict[str, Any]:
+    summary = summary or {}
     per_device = summary.get("per_device") or []
     busy = [device["busy_fraction"] for device in per_device]
     return {
-        "strategy": run.config.strategy,
-        "state": run.state,
-        "steps": run.step - run.first_step,
+        "strategy": strategy,
+        "state": state,
+        "steps": steps,
         "samples_per_second": summary.get("samples_per_second"),
         "bytes_communicated": summary.get("bytes_communicated"),
         "busy_fraction": sum(busy) / len(busy) if busy else None,
@@ -50,7 +54,29 @@ def comparison_row(run: BackgroundRun) -> dict[str, Any]:
     }
 
 
-class Comparison:
+class _TableMixin:
+    def table_html(self) -> str:
+        header = "".join(f"<th>{label}</th>" for _, label in TABLE_COLUMNS)
+        body = ""
+        for row in self.rows():
+            cells = "".join(f"<td>{_format(row[key])}</td>" for key, _ in TABLE_COLUMNS)
+            body += f"<tr>{cells}</tr>"
+        return f"<table><tr>{header}</tr>{body}</table>"
+
+    def view(self):
+        if self._view is None:
+            from workbench.notebook.compare_view import ComparisonView
+
+            self._view = ComparisonView(self)
+        return self._view
+
+    def _ipython_display_(self) -> None:
+        from workbench.notebook.display import show
+
+        show(self.view().widget)
+
+
+class Comparison(_TableMixin):
     """Runs ``configs`` in order in a background thread; ``runs`` fills as they start."""
 
     def __init__(self, configs: list[RunConfig]) -> None:
@@ -98,25 +124,46 @@ class Comparison:
     def rows(self) -> list[dict[str, Any]]:
         return [comparison_row(run) for run in self.runs]
 
-    def table_html(self) -> str:
-        header = "".join(f"<th>{label}</th>" for _, label in TABLE_COLUMNS)
-        body = ""
-        for row in self.rows():
-            cells = "".join(f"<td>{_format(row[key])}</td>" for key, _ in TABLE_COLUMNS)
-            body += f"<tr>{cells}</tr>"
-        return f"<table><tr>{header}</tr>{body}</table>"
 
-    def view(self):
-        if self._view is None:
-            from workbench.notebook.compare_view import ComparisonView
+class _StoredRun:
+    """A finished run read back from the store, shaped as the comparison view reads runs."""
 
-            self._view = ComparisonView(self)
-        return self._view
+    def __init__(self, stored) -> None:
+        self.config = RunConfig(strategy=stored.config()["strategy"])
+        self.log = stored.event_log()
+        status = stored.status()
+        self.row = _row(self.config.strategy, status["state"], status["step"], stored.summary())
 
-    def _ipython_display_(self) -> None:
-        from workbench.notebook.display import show
 
-        show(self.view().widget)
+class StoredComparison(_TableMixin):
+    """Runs already in the store (from this kernel or another), side by side like
+    ``%dtrain compare`` shows the runs it starts.
+
+    ``compare_stored(["20261122-...-mirrored-3a022b", ...])`` (ids or unique prefixes)."""
+
+    done = True
+
+    def __init__(self, run_ids: list[str], store=None) -> None:
+        from workbench.store import RunStore
+
+        store = store or RunStore()
+        self.runs = [_StoredRun(store.open(_resolve(store, run_id))) for run_id in run_ids]
+        self.configs = [run.config for run in self.runs]
+        self._view = None
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [run.row for run in self.runs]
+
+
+def _resolve(store, prefix: str) -> str:
+    matches = [run.run_id for run in store.runs() if run.run_id.startswith(prefix)]
+    if len(matches) != 1:
+        what = "matches no stored run" if not matches else f"matches {len(matches)} stored runs"
+        raise KeyError(f"run id {prefix!r} {what} (store: {store.root})")
+    return matches[0]
+
+
+compare_stored = StoredComparison
 
 
 def _format(value: Any) -> str:
