@@ -34,3 +34,17 @@ def test_three_devices_get_three_lanes():
     chart = partition_figure(plan.partitioned)
     lanes = set(chart.renderers[-1].data_source.data["y"])
     assert lanes == {0, 1, 2} and chart.yaxis.major_label_overrides[2] == devices[2]
+
+
+def test_a_pipeline_is_drawn_as_its_stages_with_send_recv_between_them():
+    from workbench.notebook.graph_view import pipeline_view
+
+    chart = pipeline_view(RunConfig(strategy="pipeline", devices=3, stages=3, hidden=(16, 16, 16)))
+    boxes = next(r for r in chart.renderers if r.glyph.__class__.__name__ == "Rect")
+    layers = boxes.data_source.data["layer"]
+    assert layers == ["flatten_0", "dense_0", "dense_1", "dense_2", "dense_3"]
+    lanes = boxes.data_source.data["y"]
+    assert sorted(set(lanes)) == [0, 1, 2] and lanes == sorted(lanes)  # contiguous stages
+    pairs = next(r for r in chart.renderers if r.glyph.__class__.__name__ == "Segment")
+    assert len(pairs.data_source.data["what"]) == 4  # forward and backward per stage boundary
+    assert "3 stages" in chart.title.text

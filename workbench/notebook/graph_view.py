@@ -1,6 +1,7 @@
 """The partitioned graph of a model-parallel run, drawn: one lane per device (its colour), the
 device's nodes in the order they run, edges inside a partition in grey, and every Send/Recv pair
-as a red dashed edge between the lanes, labelled by its rendezvous key on hover.
+as a red dashed edge between the lanes, labelled by its rendezvous key on hover. A pipeline's
+split is drawn the same way, one lane per stage (:func:`pipeline_view`).
 
 ``plan_view(config)`` builds the same plan ``dtrain plan`` prints, without starting anything.
 """
@@ -102,3 +103,70 @@ def plan_view(config: RunConfig, model=None) -> figure:
         model, make_optimizer(config.optimizer), config.batch_size, config.dtype, devices
     )
     return partition_figure(plan.partitioned)
+
+
+def pipeline_figure(model, stages: list[range], devices: list[str], width: int = 920) -> figure:
+    """A pipeline's split, drawn: one lane per stage's device with its layers in order, and
+    between consecutive stages the two Send/Recv pairs every micro-batch crosses (activations
+    forward, their gradients backward)."""
+    colours = {device: Category10[10][i % 10] for i, device in enumerate(devices)}
+    boxes = {"x": [], "y": [], "layer": [], "device": [], "colour": []}
+    for lane, (layers, device) in enumerate(zip(stages, devices, strict=True)):
+        for index in layers:
+            boxes["x"].append(index)
+            boxes["y"].append(lane)
+            boxes["layer"].append(model.layers[index].name)
+            boxes["device"].append(device)
+            boxes["colour"].append(colours[device])
+    edges = {"x0": [], "y0": [], "x1": [], "y1": [], "what": []}
+    for lane in range(len(stages) - 1):
+        last, first = stages[lane][-1], stages[lane + 1][0]
+        for x0, y0, x1, y1, what in (
+            (last, lane + 0.12, first, lane + 1 - 0.12, "Send/Recv: activations (forward)"),
+            (first, lane + 1 + 0.12, last, lane - 0.12, "Send/Recv: input gradients (backward)"),
+        ):
+            for column, value in zip(("x0", "y0", "x1", "y1", "what"), (x0, y0, x1, y1, what)):
+                edges[column].append(value)
+    chart = figure(
+        title=f"pipeline: {len(model.layers)} layers over {len(stages)} stages",
+        width=width,
+        height=120 + 90 * len(stages),
+        y_range=(-0.6, len(stages) - 0.4),
+        x_axis_label="layer",
+        tools="pan,wheel_zoom,box_zoom,reset,save",
+    )
+    chart.yaxis.ticker = list(range(len(stages)))
+    chart.yaxis.major_label_overrides = {lane: device for lane, device in enumerate(devices)}
+    pairs = chart.segment(
+        "x0",
+        "y0",
+        "x1",
+        "y1",
+        source=ColumnDataSource(edges),
+        color="firebrick",
+        line_dash="dashed",
+        line_width=2,
+        legend_label="Send/Recv",
+    )
+    cells = chart.rect(
+        "x", "y", width=0.8, height=0.5, source=ColumnDataSource(boxes), color="colour"
+    )
+    chart.add_tools(HoverTool(renderers=[cells], tooltips=[("layer", "@layer"), ("on", "@device")]))
+    chart.add_tools(HoverTool(renderers=[pairs], tooltips=[("", "@what")]))
+    return chart
+
+
+def pipeline_view(config: RunConfig, model=None) -> figure:
+    """The stages a pipeline run of ``config`` would use (its model preset, or ``model``)."""
+    from workbench.config import validate_config
+    from workbench.data import load_dataset
+    from workbench.models import build_model
+    from workbench.parallel.pipeline.stages import split_layers
+    from workbench.runtime import device_name
+
+    config = validate_config(config)
+    dataset = load_dataset(config.dataset, seed=config.seed)
+    if model is None:
+        model = build_model(config.model, dataset.input_shape, dataset.num_classes, config.hidden)
+    devices = [device_name("cpu", task=rank) for rank in range(config.stages)]
+    return pipeline_figure(model, split_layers(model, config.stages), devices)
