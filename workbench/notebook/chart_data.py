@@ -99,6 +99,10 @@ class ChartFeed:
                 rate = (index - max(0, index - THROUGHPUT_WINDOW)) * self.batch_size / seconds
                 update.append("throughput", step=step, samples_per_second=rate)
             self._throughput_through = step
+        if complete:  # every complete step is drawn: keep only the window the next ones need
+            keep_from = complete[max(0, len(complete) - 1 - THROUGHPUT_WINDOW)]
+            for step in [step for step in self._step_end if step < keep_from]:
+                del self._step_end[step]
 
     def _phase(self, event: PhaseEvent, update: ChartUpdate) -> None:
         if event.device not in self._devices:

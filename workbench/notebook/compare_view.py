@@ -10,6 +10,7 @@ from bokeh.models import ColumnDataSource
 from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
+from workbench.events.records import ScalarEvent
 from workbench.notebook.charts import HEIGHT, WIDTH, LiveUpdater
 
 
@@ -40,9 +41,10 @@ class ComparisonView:
 
     def refresh(self) -> None:
         for index, run in enumerate(list(self.comparison.runs)):
-            losses = run.log.scalars("loss")[self._read[index] :]
+            new = run.log.since(self._read[index])  # only what arrived since the last refresh
+            self._read[index] += len(new)
+            losses = [e for e in new if isinstance(e, ScalarEvent) and e.name == "loss"]
             if losses:
-                self._read[index] += len(losses)
                 self.sources[index].stream(
                     {
                         "step": [event.step for event in losses],

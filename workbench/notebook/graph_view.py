@@ -55,28 +55,14 @@ def partition_figure(partitioned: Partitioned, width: int = 920) -> figure:
             for column, value in zip(("x0", "y0", "x1", "y1", "key"), (x0, y0, x1, y1, key)):
                 across[column].append(value)
 
-    chart = figure(
-        title=f"partitioned graph: {len(devices)} devices, {len(sends)} Send/Recv pairs",
-        width=width,
-        height=120 + 90 * len(devices),
-        y_range=(-0.6, len(devices) - 0.4),
-        x_axis_label="position in the device's partition (execution order)",
-        tools="pan,wheel_zoom,box_zoom,reset,save",
+    chart = _lanes_figure(
+        f"partitioned graph: {len(devices)} devices, {len(sends)} Send/Recv pairs",
+        devices,
+        "position in the device's partition (execution order)",
+        width,
     )
-    chart.yaxis.ticker = list(range(len(devices)))
-    chart.yaxis.major_label_overrides = {lane: device for lane, device in enumerate(devices)}
     chart.segment("x0", "y0", "x1", "y1", source=ColumnDataSource(inside), color="#bbbbbb")
-    pairs = chart.segment(
-        "x0",
-        "y0",
-        "x1",
-        "y1",
-        source=ColumnDataSource(across),
-        color="firebrick",
-        line_dash="dashed",
-        line_width=2,
-        legend_label="Send/Recv",
-    )
+    pairs = _send_recv_edges(chart, across)
     dots = chart.scatter(
         "x", "y", source=ColumnDataSource(nodes), color="colour", marker="marker", size=9
     )
@@ -87,17 +73,11 @@ def partition_figure(partitioned: Partitioned, width: int = 920) -> figure:
 
 def plan_view(config: RunConfig, model=None) -> figure:
     """The model-parallel plan of ``config`` (its model preset, or ``model``), drawn."""
-    from workbench.config import validate_config
-    from workbench.data import load_dataset
-    from workbench.models import build_model
     from workbench.optim import make_optimizer
     from workbench.parallel.model_parallel_graph import build_model_parallel_graph
     from workbench.runtime import device_name
 
-    config = validate_config(config)
-    dataset = load_dataset(config.dataset, seed=config.seed)
-    if model is None:
-        model = build_model(config.model, dataset.input_shape, dataset.num_classes, config.hidden)
+    config, model = _checked_model(config, model)
     devices = [device_name("cpu", task=rank) for rank in range(config.devices)]
     plan = build_model_parallel_graph(
         model, make_optimizer(config.optimizer), config.batch_size, config.dtype, devices
@@ -127,27 +107,10 @@ def pipeline_figure(model, stages: list[range], devices: list[str], width: int =
         ):
             for column, value in zip(("x0", "y0", "x1", "y1", "what"), (x0, y0, x1, y1, what)):
                 edges[column].append(value)
-    chart = figure(
-        title=f"pipeline: {len(model.layers)} layers over {len(stages)} stages",
-        width=width,
-        height=120 + 90 * len(stages),
-        y_range=(-0.6, len(stages) - 0.4),
-        x_axis_label="layer",
-        tools="pan,wheel_zoom,box_zoom,reset,save",
+    chart = _lanes_figure(
+        f"pipeline: {len(model.layers)} layers over {len(stages)} stages", devices, "layer", width
     )
-    chart.yaxis.ticker = list(range(len(stages)))
-    chart.yaxis.major_label_overrides = {lane: device for lane, device in enumerate(devices)}
-    pairs = chart.segment(
-        "x0",
-        "y0",
-        "x1",
-        "y1",
-        source=ColumnDataSource(edges),
-        color="firebrick",
-        line_dash="dashed",
-        line_width=2,
-        legend_label="Send/Recv",
-    )
+    pairs = _send_recv_edges(chart, edges)
     cells = chart.rect(
         "x", "y", width=0.8, height=0.5, source=ColumnDataSource(boxes), color="colour"
     )
@@ -158,15 +121,52 @@ def pipeline_figure(model, stages: list[range], devices: list[str], width: int =
 
 def pipeline_view(config: RunConfig, model=None) -> figure:
     """The stages a pipeline run of ``config`` would use (its model preset, or ``model``)."""
+    from workbench.parallel.pipeline.stages import split_layers
+    from workbench.runtime import device_name
+
+    config, model = _checked_model(config, model)
+    devices = [device_name("cpu", task=rank) for rank in range(config.stages)]
+    return pipeline_figure(model, split_layers(model, config.stages), devices)
+
+
+def _lanes_figure(title: str, lanes: list[str], x_label: str, width: int) -> figure:
+    """An empty figure with one horizontal lane per device, labelled with its name."""
+    chart = figure(
+        title=title,
+        width=width,
+        height=120 + 90 * len(lanes),
+        y_range=(-0.6, len(lanes) - 0.4),
+        x_axis_label=x_label,
+        tools="pan,wheel_zoom,box_zoom,reset,save",
+    )
+    chart.yaxis.ticker = list(range(len(lanes)))
+    chart.yaxis.major_label_overrides = dict(enumerate(lanes))
+    return chart
+
+
+def _send_recv_edges(chart: figure, edges: dict[str, list]):
+    """Send/Recv pairs as red dashed edges between lanes; returns their renderer."""
+    return chart.segment(
+        "x0",
+        "y0",
+        "x1",
+        "y1",
+        source=ColumnDataSource(edges),
+        color="firebrick",
+        line_dash="dashed",
+        line_width=2,
+        legend_label="Send/Recv",
+    )
+
+
+def _checked_model(config: RunConfig, model):
+    """``config`` checked, and ``model`` or its preset built for the data set's shapes."""
     from workbench.config import validate_config
     from workbench.data import load_dataset
     from workbench.models import build_model
-    from workbench.parallel.pipeline.stages import split_layers
-    from workbench.runtime import device_name
 
     config = validate_config(config)
     dataset = load_dataset(config.dataset, seed=config.seed)
     if model is None:
         model = build_model(config.model, dataset.input_shape, dataset.num_classes, config.hidden)
-    devices = [device_name("cpu", task=rank) for rank in range(config.stages)]
-    return pipeline_figure(model, split_layers(model, config.stages), devices)
+    return config, model

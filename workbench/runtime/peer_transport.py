@@ -67,12 +67,11 @@ class PeerTransport:
 
     def send(self, peer: int, key: str, array: Any) -> None:
         full_key = self._key(self.rank, peer, key)
-        rpc = self._worker.rpc(self.addresses[peer])
         try:
-            if not self._send_shared(rpc, peer, full_key, array):
+            if not self._send_shared(peer, full_key, array):
                 sync(
                     self._worker.loop,
-                    getattr(rpc, SEND_HANDLER),
+                    getattr(self._worker.rpc(self.addresses[peer]), SEND_HANDLER),
                     key=full_key,
                     payload=to_serialize(array),
                 )
@@ -82,7 +81,7 @@ class PeerTransport:
             ) from error
         self.bytes_sent += int(array.nbytes)
 
-    def _send_shared(self, rpc: Any, peer: int, full_key: str, array: Any) -> bool:
+    def _send_shared(self, peer: int, full_key: str, array: Any) -> bool:
         """Send through the shared-memory channel to ``peer``; False when that path does not
         apply (not NumPy, another host)."""
         if not self._channel_applies(peer, array):
@@ -91,6 +90,7 @@ class PeerTransport:
         if peer not in self._probed:
             # Same address, but does the peer see this host's /dev/shm? Asked once per peer.
             path = probe_path(self.run_id, self.rank, peer)
+            rpc = self._worker.rpc(self.addresses[peer])
             if not sync(self._worker.loop, getattr(rpc, PROBE_HANDLER), path=path):
                 self._shared_peers.discard(peer)  # TCP from now on
                 return False
@@ -110,12 +110,12 @@ class PeerTransport:
         until :meth:`flush`. Lets a pipeline stage compute while its activation travels."""
         import asyncio
 
-        full_key = self._key(self.rank, peer, key)
-        rpc = self._worker.rpc(self.addresses[peer])
         if self._channel_applies(peer, array):
             # The channel never waits for the peer: sending is already asynchronous.
             self.send(peer, key, array)
             return None
+        full_key = self._key(self.rank, peer, key)
+        rpc = self._worker.rpc(self.addresses[peer])
         coroutine = getattr(rpc, SEND_HANDLER)(key=full_key, payload=to_serialize(array))
         future = asyncio.run_coroutine_threadsafe(coroutine, self._worker.loop.asyncio_loop)
         self._in_flight.append((future, peer, key))
