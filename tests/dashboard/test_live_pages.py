@@ -197,8 +197,21 @@ def test_an_existing_scheduler_started_with_the_preload_serves_the_pages(
             assert description["strategy"] == "mirrored"
         finally:
             run.stop()
-        (finished,) = runs_on(client).values()
+        ((run_id, finished),) = runs_on(client).items()
         assert finished["finished"]
+    # The finished run, on a page pinned to it: its test loss reached the board before the
+    # run let go of the cluster.
+    page = f"{dashboard}/individual-workbench-loss"
+    with pull_session(url=page, arguments={"run": run_id}) as session:
+        (test_loss,) = [
+            model
+            for model in session.document.models
+            if type(model).__name__ == "ColumnDataSource" and model.name == "test_loss"
+        ]
+        assert len(test_loss.data["value"]) == 1
+        assert test_loss.data["value"][0] == pytest.approx(run.result.summary["test_loss"])
+        (root,) = session.document.roots
+        assert root.children[0].title.text.endswith(f"run {run_id} (finished)")
 
 
 @pytest.fixture

@@ -66,3 +66,20 @@ def test_a_page_moves_to_a_newer_run():
     assert list(page.charts.sources["loss"].data["step"]) == [0, 1]
     assert page.root.children == page.figures
     assert "parameter-server" in page.figures[0].title.text
+
+
+def test_a_page_builds_only_its_own_figures():
+    page = show_page(PAGE_FIGURES["/individual-workbench-timeline"], RunBoard(), Document())
+    assert list(page.charts.figures) == ["timeline", "stragglers"]
+
+
+def test_a_page_pinned_to_a_run_stays_on_it_when_a_newer_run_starts():
+    board = RunBoard()
+    page = show_page(PAGE_FIGURES["/individual-workbench-loss"], board, Document(), "run-1")
+    assert page.run_id is None and "no run run-1" in page.figures[0].title.text
+    board.publish("run-1", events(range(5)), DESCRIPTION)
+    page.tick()
+    board.publish("run-2", events(range(2)), {**DESCRIPTION, "strategy": "parameter-server"})
+    page.tick()
+    assert page.run_id == "run-1"
+    assert list(page.charts.sources["loss"].data["step"]) == [0, 1, 2, 3, 4]

@@ -66,3 +66,42 @@ def test_throughput_follows_when_steps_ran_not_when_their_losses_arrived():
     log.scalar("test_loss", 19, 1.0, 5.1)
     rates = ChartFeed(log, batch_size=32).update().appended["throughput"]["samples_per_second"]
     assert rates == pytest.approx([3200.0] * 19)
+
+
+def test_gpu_devices_show_nvml_utilization_and_memory_next_to_their_busy_share():
+    log = _two_devices()
+    # What the step loop emits on GPUs from each worker's NVML heartbeat figures.
+    log.scalar("gpu_utilization", 2, 87.0, 2.8, device="/task:0")
+    log.scalar("gpu_memory_used", 2, 3 * 2**30, 2.8, device="/task:0")
+    usage = ChartFeed(log, batch_size=64).update().replaced["utilization"]
+    assert usage["gpu_utilization"][0] == pytest.approx(0.87)
+    assert usage["gpu_memory_used"][0] == 3 * 2**30
+    # A device without NVML figures (any CPU device) has none: NaN, which is not drawn.
+    assert usage["gpu_utilization"][1] != usage["gpu_utilization"][1]
+
+
+def test_charts_show_the_nvml_marker_only_when_a_device_has_nvml_figures():
+    from workbench.notebook.charts import LiveCharts
+
+    log = _two_devices()
+    charts = LiveCharts(log, batch_size=64)
+    charts.refresh()
+    assert not charts._gpu_marker.visible
+    assert "NVML" not in charts.figures["utilization"].title.text
+    log.scalar("gpu_utilization", 3, 40.0, 3.0, device="/task:1")
+    log.scalar("gpu_memory_used", 3, 2**30, 3.0, device="/task:1")
+    charts.refresh()
+    assert charts._gpu_marker.visible and "NVML" in charts.figures["utilization"].title.text
+
+
+def test_only_the_figures_asked_for_are_built_and_every_source_is_fed():
+    from workbench.notebook.charts import LiveCharts
+
+    charts = LiveCharts(_two_devices(), batch_size=64, figure_names=("timeline",))
+    charts.refresh()
+    assert list(charts.figures) == ["timeline"]
+    assert len(charts.sources["timeline"].data["phase"]) == 12
+    assert list(charts.sources["loss"].data["loss"]) == [2.0, 1.0, 0.0]
+    assert charts.sources["loss"].name == "loss"
+    with pytest.raises(ValueError, match=r"figure_names.*gantt"):
+        LiveCharts(EventLog(), batch_size=1, figure_names=("gantt",))

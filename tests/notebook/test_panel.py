@@ -12,6 +12,7 @@ from IPython.core.error import UsageError
 
 from workbench.notebook.charts import MAX_REFRESH_HZ
 from workbench.notebook.panel import TrainingForm, form_start
+from workbench.store import RunStore
 
 
 def test_after_a_run_the_chart_sources_hold_every_streamed_point(shell):
@@ -42,6 +43,10 @@ def test_a_mirrored_run_shows_both_devices_and_their_traffic(shell):
     phases = set(panel.charts.sources["timeline"].data["phase"])
     assert {"compute", "allreduce"} <= phases
     assert panel.charts.figures["timeline"].y_range.factors == list(reversed(traffic["device"]))
+    # The store says which cluster it ran on (the JupyterLab sidebar lists it).
+    status = RunStore().open(run.run_id).status()
+    assert status["dashboard_link"] == run.job.dashboard_link is not None
+    assert status["scheduler_address"].startswith("tcp://127.0.0.1:")
 
 
 def test_the_panels_stop_button_ends_a_live_run(shell):

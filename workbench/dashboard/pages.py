@@ -1,9 +1,11 @@
 """The workbench's dashboard pages: the notebook's live charts, fed from the run board.
 
-A page follows the newest run on the board. It copies that run's events into an
-:class:`~workbench.events.EventLog` of its own and draws it with the notebook's
-:class:`~workbench.notebook.charts.LiveCharts` (the same charts, the same code), showing only
-the figures of its page. When a newer run appears, the page starts over with that run.
+A page follows the newest run on the board, or the one its address names
+(``/individual-workbench-loss?run=<run id>``, for two runs side by side). It copies that run's
+events into an :class:`~workbench.events.EventLog` of its own and draws it with the notebook's
+:class:`~workbench.notebook.charts.LiveCharts` (the same charts, the same code), building only
+the figures of its page. When a newer run appears, a page that follows the newest starts over
+with that run.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ class RunPage:
     """One open page (one Bokeh document): ``root`` holds its figures, :meth:`tick` brings them
     up to date with the board."""
 
-    def __init__(self, board: RunBoard, figure_names: tuple[str, ...]) -> None:
-        self.board, self.figure_names = board, figure_names
+    def __init__(
+        self, board: RunBoard, figure_names: tuple[str, ...], pinned_run: str | None = None
+    ) -> None:
+        self.board, self.figure_names, self.pinned_run = board, figure_names, pinned_run
         self.root = column(sizing_mode="stretch_both")
         self.run_id: str | None = None
         self._position = 0
@@ -52,7 +56,8 @@ class RunPage:
         description = run.description if run is not None else {}
         self.run_id, self._position, self._finished, self._copied = run_id, 0, False, 0
         self.log = EventLog()
-        self.charts = LiveCharts(self.log, int(description.get("batch_size") or 1))
+        batch_size = int(description.get("batch_size") or 1)
+        self.charts = LiveCharts(self.log, batch_size, figure_names=self.figure_names)
         self.figures = [self.charts.figures[name] for name in self.figure_names]
         self._titles = [chart.title.text for chart in self.figures]
         for chart in self.figures:
@@ -61,17 +66,24 @@ class RunPage:
         self.root.children = list(self.figures)
 
     def _caption(self, description: dict | None) -> None:
-        caption = (
-            NO_RUN if description is None else describe(self.run_id, description, self._finished)
-        )
+        if description is not None:
+            caption = describe(self.run_id, description, self._finished)
+        elif self.pinned_run is not None:
+            caption = f"no run {self.pinned_run} on this scheduler"
+        else:
+            caption = NO_RUN
         for chart, title in zip(self.figures, self._titles):
             chart.title.text = f"{title} — {caption}"
 
     def tick(self) -> None:
-        """Follow the newest run and draw what arrived since the last tick."""
-        latest = self.board.latest()
-        if latest != self.run_id or self._copied > PAGE_EVENTS_KEPT:
-            self._show(latest)
+        """Follow the run (the newest, or the pinned one) and draw what arrived since the
+        last tick."""
+        if self.pinned_run is None:
+            followed = self.board.latest()
+        else:  # the pinned run, once the board has it
+            followed = self.pinned_run if self.board.run(self.pinned_run) else None
+        if followed != self.run_id or self._copied > PAGE_EVENTS_KEPT:
+            self._show(followed)
         if self.run_id is None:
             return
         new, self._position = self.board.read(self.run_id, self._position)
@@ -87,11 +99,16 @@ class RunPage:
             self.charts.refresh()
 
 
-def show_page(figure_names: tuple[str, ...], board: RunBoard, document: Document) -> RunPage:
+def show_page(
+    figure_names: tuple[str, ...],
+    board: RunBoard,
+    document: Document,
+    pinned_run: str | None = None,
+) -> RunPage:
     """Build a page of the charts ``figure_names`` into ``document`` and keep it fresh (the
     Bokeh server calls the periodic callback on the scheduler's event loop, where the board is
-    filled too)."""
-    page = RunPage(board, figure_names)
+    filled too). ``pinned_run``: follow that run rather than the newest."""
+    page = RunPage(board, figure_names, pinned_run)
     page.tick()
     document.add_root(page.root)
     document.title = f"dtrain: {' and '.join(page.figure_names)}"

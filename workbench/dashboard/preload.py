@@ -32,8 +32,18 @@ def _page(path: str, scheduler, extra: dict, document) -> None:
 
     # A scheduler in a process that imported this module but was not itself started with the
     # preload has no board: its pages say there is no run.
-    show_page(PAGE_FIGURES[path], board_of(scheduler) or RunBoard(), document)
+    show_page(
+        PAGE_FIGURES[path], board_of(scheduler) or RunBoard(), document, _run_asked(document)
+    )
     document.theme = BOKEH_THEME
+
+
+def _run_asked(document) -> str | None:
+    """The ``run`` argument of the page's address (``?run=<run id>``), if any."""
+    context = document.session_context
+    request = getattr(context, "request", None) if context is not None else None
+    values = (request.arguments if request is not None else {}).get("run") or []
+    return values[0].decode() if values and isinstance(values[0], bytes) else None
 
 
 def _register_pages() -> None:

@@ -18,6 +18,7 @@ from workbench.events.records import COMMUNICATION_PHASES, PhaseEvent, ScalarEve
 THROUGHPUT_WINDOW = 10  # steps the samples/s line averages over
 UTILIZATION_WINDOW_S = 5.0  # seconds of recent activity the utilization bars describe
 STRAGGLER_STEPS = 200  # recent steps the straggler view describes
+GPU_SCALARS = ("gpu_utilization", "gpu_memory_used")  # NVML, per device, on GPUs only
 
 
 @dataclass
@@ -59,6 +60,7 @@ class ChartFeed:
         self._received: dict[str, int] = defaultdict(int)
         self._step_spans: dict[tuple[str, int], list[float]] = {}
         self._devices: list[str] = []
+        self._gpu: dict[str, dict[str, float]] = defaultdict(dict)  # device -> latest NVML
 
     def update(self) -> ChartUpdate:
         update = ChartUpdate()
@@ -70,7 +72,7 @@ class ChartFeed:
             else:
                 self._phase(event, update)
         self._throughput(update)
-        if any(isinstance(event, PhaseEvent) for event in new):
+        if any(isinstance(event, PhaseEvent) or event.name in GPU_SCALARS for event in new):
             update.replaced["utilization"] = self.utilization()
             update.replaced["traffic"] = self.traffic()
             update.replaced["stragglers"] = self.stragglers()
@@ -83,6 +85,8 @@ class ChartFeed:
             update.append(event.name, step=event.step, value=event.value, time=event.time)
             if event.name == "test_loss":
                 self._run_ended = True
+        elif event.name in GPU_SCALARS and event.device is not None:
+            self._gpu[event.device][event.name] = event.value
 
     def _throughput(self, update: ChartUpdate) -> None:
         """Samples/s over the last ``THROUGHPUT_WINDOW`` completed steps, from when each step's
@@ -136,7 +140,8 @@ class ChartFeed:
 
     def utilization(self) -> dict[str, list]:
         """Per device, the share of the last ``UTILIZATION_WINDOW_S`` seconds (up to the newest
-        event, from the first at most) spent computing, communicating and idle."""
+        event, from the first at most) spent computing, communicating and idle; and, on GPUs,
+        NVML's latest utilization (as a share) and memory used (NaN where there is none)."""
         latest = self._latest
         since = max(self._first_start, latest - UTILIZATION_WINDOW_S)  # not the cluster's start
         window = latest - since or 1.0
@@ -148,13 +153,23 @@ class ChartFeed:
             overlap = event.end - max(event.start, since)
             target = communication if event.phase in COMMUNICATION_PHASES else compute
             target[event.device] += overlap
-        rows = {"device": list(self._devices), "compute": [], "communication": [], "idle": []}
+        rows: dict[str, list] = {
+            "device": list(self._devices),
+            "compute": [],
+            "communication": [],
+            "idle": [],
+            "gpu_utilization": [],
+            "gpu_memory_used": [],
+        }
         for device in self._devices:
             busy_compute = min(1.0, compute[device] / window)
             busy_communication = min(1.0 - busy_compute, communication[device] / window)
             rows["compute"].append(busy_compute)
             rows["communication"].append(busy_communication)
             rows["idle"].append(1.0 - busy_compute - busy_communication)
+            gpu = self._gpu.get(device, {})
+            rows["gpu_utilization"].append(gpu.get("gpu_utilization", np.nan) / 100)
+            rows["gpu_memory_used"].append(gpu.get("gpu_memory_used", np.nan))
         return rows
 
     def traffic(self) -> dict[str, list]:

@@ -43,6 +43,8 @@ PHASE_COLOURS = {
 }
 COMPUTE, COMMUNICATION, IDLE = "#2ca02c", "#1f77b4", "#dddddd"
 WIDTH, HEIGHT = 460, 230
+FIGURE_NAMES = ("loss", "throughput", "utilization", "traffic", "timeline", "stragglers")
+UTILIZATION_TITLE = "utilization (last 5 s)"
 
 
 def _figure(title: str, **options) -> figure:
@@ -63,41 +65,58 @@ def _arrays(columns: dict[str, list]) -> dict[str, Any]:
 
 
 class LiveCharts:
-    """The charts of one run, fed from its event log."""
+    """The charts of one run, fed from its event log: ``figure_names`` (default all of
+    ``FIGURE_NAMES``) are built, in ``figures`` by name and laid out in ``layout``; every
+    source is fed either way (a page that shows two charts builds only those two). Each
+    source's ``name`` is its key in ``sources``, so a page's script can find it."""
 
-    def __init__(self, log: EventLog, batch_size: int) -> None:
+    def __init__(
+        self, log: EventLog, batch_size: int, figure_names: tuple[str, ...] = FIGURE_NAMES
+    ) -> None:
+        unknown = sorted(set(figure_names) - set(FIGURE_NAMES))
+        if unknown:
+            raise ValueError(f"figure_names: {unknown} not among {', '.join(FIGURE_NAMES)}")
         self.feed = ChartFeed(log, batch_size)
+        columns = {
+            "loss": ["step", "loss", "time"],
+            "test_loss": ["step", "value", "time"],
+            "throughput": ["step", "samples_per_second"],
+            "utilization": [
+                "device",
+                "compute",
+                "communication",
+                "idle",
+                "gpu_utilization",
+                "gpu_memory_used",
+            ],
+            "traffic": ["device", "sent", "received"],
+            "timeline": ["device", "phase", "step", "start", "end", "bytes"],
+            "stragglers": ["device", "min", "median", "max"],
+        }
         self.sources = {
-            "loss": ColumnDataSource({"step": [], "loss": [], "time": []}),
-            "test_loss": ColumnDataSource({"step": [], "value": [], "time": []}),
-            "throughput": ColumnDataSource({"step": [], "samples_per_second": []}),
-            "utilization": ColumnDataSource(
-                {"device": [], "compute": [], "communication": [], "idle": []}
-            ),
-            "traffic": ColumnDataSource({"device": [], "sent": [], "received": []}),
-            "timeline": ColumnDataSource(
-                {"device": [], "phase": [], "step": [], "start": [], "end": [], "bytes": []}
-            ),
-            "stragglers": ColumnDataSource({"device": [], "min": [], "median": [], "max": []}),
+            key: ColumnDataSource({column: [] for column in names}, name=key)
+            for key, names in columns.items()
         }
         self._device_figures: list[figure] = []
-        self.figures = {
-            "loss": self._loss(),
-            "throughput": self._throughput(),
-            "utilization": self._utilization(),
-            "traffic": self._traffic(),
-            "timeline": self._timeline(),
-            "stragglers": self._stragglers(),
+        build = {
+            "loss": self._loss,
+            "throughput": self._throughput,
+            "utilization": self._utilization,
+            "traffic": self._traffic,
+            "timeline": self._timeline,
+            "stragglers": self._stragglers,
         }
+        self.figures = {name: build[name]() for name in FIGURE_NAMES if name in figure_names}
         charts = self.figures
         stretch = {"sizing_mode": "stretch_width"}
-        self.layout = column(
-            row(charts["loss"], charts["throughput"], **stretch),
-            row(charts["utilization"], charts["traffic"], **stretch),
-            charts["timeline"],
-            charts["stragglers"],
-            **stretch,
-        )
+        pairs = [("loss", "throughput"), ("utilization", "traffic")]
+        rows = [
+            row(*[charts[name] for name in pair if name in charts], **stretch)
+            for pair in pairs
+            if any(name in charts for name in pair)
+        ]
+        wide = [charts[name] for name in ("timeline", "stragglers") if name in charts]
+        self.layout = column(*rows, *wide, **stretch)
         self._lock = threading.Lock()
 
     def refresh(self) -> None:
@@ -108,10 +127,17 @@ class LiveCharts:
                     self.sources[chart].stream(_arrays(rows), rollover=ROLLOVER.get(chart))
             for chart, table in update.replaced.items():
                 self.sources[chart].data = table
-            devices = update.replaced.get("utilization", {}).get("device")
-            if devices and list(self._device_figures[0].y_range.factors) != devices:
-                for chart in self._device_figures:
+            usage = update.replaced.get("utilization", {})
+            devices = usage.get("device")
+            figures = self._device_figures
+            if devices and figures and list(figures[0].y_range.factors) != devices[::-1]:
+                for chart in figures:
                     chart.y_range.factors = list(reversed(devices))
+            if "utilization" in self.figures and usage:
+                has_gpu = not np.all(np.isnan(np.asarray(usage["gpu_utilization"], float)))
+                self._gpu_marker.visible = bool(has_gpu)
+                suffix = " — ◆ NVML GPU utilization (hover: memory)" if has_gpu else ""
+                self.figures["utilization"].title.text = UTILIZATION_TITLE + suffix
 
     # The charts ---------------------------------------------------------------------------
 
@@ -141,7 +167,7 @@ class LiveCharts:
         return chart
 
     def _utilization(self) -> figure:
-        chart = self._device_figure("utilization (last 5 s)", x_range=(0, 1), height=HEIGHT + 30)
+        chart = self._device_figure(UTILIZATION_TITLE, x_range=(0, 1), height=HEIGHT + 30)
         chart.hbar_stack(
             ["compute", "communication", "idle"],
             y="device",
@@ -151,6 +177,26 @@ class LiveCharts:
             # A Recv or an all-reduce includes waiting for the peer: a pipeline's bubble shows
             # up here as communication on the stage that waits.
             legend_label=["compute", "communication or waiting", "idle"],
+        )
+        # On GPUs NVML says how busy the GPU itself was, next to how busy its device was
+        # (hidden on CPUs, which have no such figure).
+        self._gpu_marker = chart.scatter(
+            x="gpu_utilization",
+            y="device",
+            marker="diamond",
+            size=14,
+            color="black",
+            source=self.sources["utilization"],
+            visible=False,
+        )
+        chart.add_tools(
+            HoverTool(
+                renderers=[self._gpu_marker],
+                tooltips=[
+                    ("NVML GPU utilization", "@gpu_utilization{0%}"),
+                    ("GPU memory used", "@gpu_memory_used{0.0 b}"),
+                ],
+            )
         )
         _legend_below(chart)
         return chart

@@ -20,7 +20,7 @@ from workbench.parallel.dispatch import submit_each, wait_all
 from workbench.parallel.step_loop import drive_steps
 from workbench.runtime.cluster import ClusterSession, start_cluster
 from workbench.runtime.worker_service import device_service
-from workbench.training.job import Progress, TrainingJob
+from workbench.training.job import Progress, TrainingJob, evaluate_on_test
 from workbench.training.session import TrainingSession
 
 
@@ -66,6 +66,7 @@ def run_on_devices(
         publish_run(session, strategy, job, log, progress),  # events -> the dashboard's pages
     ):
         job.dashboard_link = session.dashboard_link
+        job.scheduler_address = getattr(session.client.scheduler, "address", None)
         if session.dashboard_link:
             progress(f"[{strategy}] Dask dashboard: {session.dashboard_link}")
         plan = make_plan(session)
@@ -114,14 +115,16 @@ def run_on_devices(
             )
             with contextlib.suppress(Exception):  # the cluster is closed next anyway
                 wait_all(session, cleanup, "cleanup", None, deadline=10)
-    for snapshot in snapshots:
-        for event in snapshot.get("events", ()):
-            log.phase(*event)
-    host = TrainingSession(
-        job.model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed
-    )
-    host.load_state(
-        {n: v for snapshot in snapshots for n, v in snapshot["parameters"].items()},
-        {n: v for snapshot in snapshots for n, v in snapshot["optimizer_state"].items()},
-    )
+        for snapshot in snapshots:
+            for event in snapshot.get("events", ()):
+                log.phase(*event)
+        host = TrainingSession(
+            job.model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed
+        )
+        host.load_state(
+            {n: v for snapshot in snapshots for n, v in snapshot["parameters"].items()},
+            {n: v for snapshot in snapshots for n, v in snapshot["optimizer_state"].items()},
+        )
+        # While the dashboard's pages still follow the run: the test point reaches them too.
+        evaluate_on_test(job, host, log)
     return host

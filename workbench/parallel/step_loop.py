@@ -3,7 +3,7 @@
 Each round dispatches one task per participating device covering K steps (ending at an epoch
 boundary), waits for all of them (failing with the device and step if one dies or stalls),
 and turns their reports into events: phase intervals, the global loss, the learning rate and,
-where devices report it, staleness.
+where devices report it, staleness; on GPUs also each device's NVML utilization and memory.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from workbench.events import EventLog
 from workbench.parallel.dispatch import submit_each, wait_all
 from workbench.runtime.cluster import ClusterSession
+from workbench.runtime.gpu_metrics import gpu_metrics
 from workbench.training.job import Progress, TrainingJob, epoch_progress
 
 STEPS_PER_TASK = 20  # steps per dispatched task: amortises Dask's per-task cost (DESIGN 2.1)
@@ -55,6 +56,9 @@ def drive_steps(
                 log.phase(*event)
             for current, staleness in result.get("staleness", ()):
                 log.scalar("staleness", current, staleness, job.clock())
+        for device, (utilization, memory) in gpu_metrics(session).items():
+            log.scalar("gpu_utilization", step, utilization, job.clock(), device=device)
+            log.scalar("gpu_memory_used", step, memory, job.clock(), device=device)
         for index in range(count):
             current = results[0]["losses"][index][0]
             # Equal shards of the batch: the mean of the reported losses is the global loss

@@ -6,8 +6,13 @@ One directory per run under the store's root::
     <root>/<run id>/events.jsonl   every event (DESIGN 3.4), one JSON object per line, appended
                                    while the run goes
     <root>/<run id>/status.json    {"state": running | finished | stopped | failed, "error",
-                                   "started", "ended", "step"}
+                                   "started", "ended", "step", "steps", "loss",
+                                   "samples_per_second", "pid", "hostname", and what the run
+                                   adds: "dashboard_link", "scheduler_address"}; rewritten
+                                   about once a second while the run goes
     <root>/<run id>/summary.json   the ``--json`` summary, once the run has finished
+    <root>/<run id>/stop-requested present once someone (the JupyterLab sidebar) asked the run
+                                   to stop; the process that trains it polls for it
 
 The root is ``$DTRAIN_RUN_STORE`` if set, else the user's data directory
 (``platformdirs.user_data_dir("dtrain-workbench")/runs``). Files that others read while a run
@@ -18,8 +23,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +36,9 @@ from workbench.events.records import PhaseEvent, ScalarEvent
 
 STORE_ENVIRONMENT = "DTRAIN_RUN_STORE"
 STATES = ("running", "finished", "stopped", "failed")
+STOP_MARKER = "stop-requested"
+STATUS_EVERY_S = 1.0  # how often a live run rewrites status.json (the sidebar's refresh)
+THROUGHPUT_WINDOW_S = 5.0  # the samples/s in status.json is over this much recent time
 
 
 def default_store_root() -> Path:
@@ -81,6 +91,31 @@ class StoredRun:
                 continue
         return events
 
+    def read_events(self, offset: int = 0) -> tuple[list[PhaseEvent | ScalarEvent], int]:
+        """The events written after byte ``offset`` and the offset to read from next time;
+        a line still being written is left for the next read."""
+        path = self.path / "events.jsonl"
+        if not path.exists():
+            return [], offset
+        with path.open("rb") as file:
+            file.seek(offset)
+            chunk = file.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        events = []
+        for line in complete.splitlines():
+            try:
+                events.append(event_from_dict(json.loads(line)))
+            except (json.JSONDecodeError, TypeError, KeyError):
+                continue
+        return events, offset + len(complete)
+
+    def request_stop(self) -> None:
+        """Ask the process training this run to stop after the step in flight."""
+        (self.path / STOP_MARKER).touch()
+
+    def stop_requested(self) -> bool:
+        return (self.path / STOP_MARKER).exists()
+
     def event_log(self) -> EventLog:
         log = EventLog()
         for event in self.events():
@@ -97,6 +132,9 @@ class RunRecorder:
         self._lock = threading.Lock()
         self._last_step = -1
         self._last_flush = 0.0
+        self._status = run.status()
+        self._batch_size = int(run.config().get("batch_size") or 1)
+        self._loss_times: deque[tuple[float, int]] = deque()  # (time, step) of recent losses
 
     def record(self, event: PhaseEvent | ScalarEvent) -> None:
         line = json.dumps(event.to_dict()) + "\n"
@@ -105,10 +143,31 @@ class RunRecorder:
                 return
             self._events.write(line)
             self._last_step = max(self._last_step, event.step)
+            if isinstance(event, ScalarEvent) and event.name == "loss":
+                self._note_loss(event)
             now = time.monotonic()
-            if now - self._last_flush > 0.5:  # readers in other kernels see it within ~0.5 s
+            if now - self._last_flush > STATUS_EVERY_S:  # other processes see it within ~1 s
                 self._events.flush()
                 self._last_flush = now
+                self._status["step"] = self._last_step + 1
+                _write_json_atomically(self.run.path / "status.json", self._status)
+
+    def _note_loss(self, event: ScalarEvent) -> None:
+        self._status["loss"] = event.value
+        times = self._loss_times
+        times.append((event.time, event.step))
+        while times and times[0][0] < event.time - THROUGHPUT_WINDOW_S:
+            times.popleft()
+        (first_time, first_step), (last_time, last_step) = times[0], times[-1]
+        if last_time > first_time:  # losses arrive in batches: a rate needs two arrival times
+            rate = (last_step - first_step) * self._batch_size / (last_time - first_time)
+            self._status["samples_per_second"] = rate
+
+    def annotate(self, **fields: Any) -> None:
+        """Add facts about the live run to status.json (e.g. its cluster's dashboard link)."""
+        with self._lock:
+            self._status.update(fields)
+            _write_json_atomically(self.run.path / "status.json", self._status)
 
     def finish(self, state: str, summary: dict | None = None, error: str | None = None) -> None:
         if state not in STATES:
@@ -117,8 +176,10 @@ class RunRecorder:
             self._events.close()
         if summary is not None:
             _write_json_atomically(self.run.path / "summary.json", summary)
-        status = self.run.status()
+        status = self._status
         status.update(state=state, error=error, ended=time.time(), step=self._last_step + 1)
+        if summary is not None and summary.get("samples_per_second") is not None:
+            status["samples_per_second"] = summary["samples_per_second"]
         _write_json_atomically(self.run.path / "status.json", status)
 
 
@@ -128,12 +189,25 @@ class RunStore:
     def __init__(self, root: str | os.PathLike | None = None) -> None:
         self.root = Path(root) if root is not None else default_store_root()
 
-    def create(self, run_id: str, config: dict) -> RunRecorder:
+    def create(self, run_id: str, config: dict, steps: int | None = None) -> RunRecorder:
+        """A new run, ``running``; ``steps`` is how many global steps it will take."""
         path = self.root / run_id
         path.mkdir(parents=True, exist_ok=False)
         _write_json_atomically(path / "config.json", config)
-        status = {"state": "running", "error": None, "started": time.time(), "ended": None}
-        _write_json_atomically(path / "status.json", {**status, "step": 0})
+        status = {
+            "state": "running",
+            "error": None,
+            "started": time.time(),
+            "ended": None,
+            "step": 0,
+            "steps": steps,
+            "loss": None,
+            "samples_per_second": None,
+            # Who trains it: a reader on this host can tell a run whose process died.
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
+        }
+        _write_json_atomically(path / "status.json", status)
         return RunRecorder(StoredRun(run_id, path))
 
     def runs(self) -> list[StoredRun]:

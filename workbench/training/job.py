@@ -37,6 +37,9 @@ class TrainingJob:
     clock_origin: float = field(default_factory=time.time)
     # The Dask dashboard of the cluster the run uses, once it has one (the panel links to it).
     dashboard_link: str | None = None
+    scheduler_address: str | None = None
+    # (test loss, test accuracy) once evaluated: see evaluate_on_test.
+    test_result: tuple[float, float] | None = None
 
     def clock(self) -> float:
         """Seconds since the run started: the time axis of every event."""
@@ -51,6 +54,23 @@ class TrainedModel(Protocol):
     def optimizer_state(self) -> dict[str, np.ndarray]: ...
 
     def evaluate(self, inputs, labels) -> tuple[float, float]: ...
+
+
+def evaluate_on_test(job: TrainingJob, trained: TrainedModel, log) -> tuple[float, float]:
+    """Evaluate the trained model on the test split once, and log ``test_loss`` and
+    ``test_accuracy`` at the last trained step (the loss chart plots the first).
+
+    Cluster runs call it before their cluster closes, so the test point also reaches the
+    dashboard's pages; later calls return the same result."""
+    if job.test_result is None:
+        model, dataset, xp = job.model, job.dataset, job.xp
+        inputs = dataset.x_test.astype("int64" if model.takes_integer_input else job.config.dtype)
+        job.test_result = trained.evaluate(xp.asarray(inputs), xp.asarray(dataset.y_test))
+        losses = log.scalars("loss")
+        last_step = losses[-1].step if losses else job.first_step
+        log.scalar("test_loss", last_step, job.test_result[0], job.clock())
+        log.scalar("test_accuracy", last_step, job.test_result[1], job.clock())
+    return job.test_result
 
 
 def epoch_progress(job: TrainingJob, step: int, loss: float, name: str) -> str | None:

@@ -22,7 +22,7 @@ from workbench.models import Sequential, build_model
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.parallel.registry import strategy_class
 from workbench.runtime import array_module, resolve_device_type
-from workbench.training.job import Progress, TrainingJob
+from workbench.training.job import Progress, TrainingJob, evaluate_on_test
 
 # A checkpoint continues the same run only if these match: they decide the model, the data
 # order and the arithmetic.
@@ -162,15 +162,7 @@ def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> Run
         f"of batch {config.batch_size}, {config.dtype}, {device_type}"
     )
     trained = strategy.train(job, log, progress)
-    xp = job.xp
-    test_x = xp.asarray(
-        dataset.x_test.astype("int64" if model.takes_integer_input else config.dtype)
-    )
-    test_loss, test_accuracy = trained.evaluate(test_x, xp.asarray(dataset.y_test))
-    trained_losses = log.scalars("loss")
-    last_step = trained_losses[-1].step if trained_losses else first_step
-    log.scalar("test_loss", last_step, test_loss, job.clock())  # charts plot it on the loss
-    log.scalar("test_accuracy", last_step, test_accuracy, job.clock())
+    test_loss, test_accuracy = evaluate_on_test(job, trained, log)
     parameters, optimizer_state = trained.parameters(), trained.optimizer_state()
     losses = log.scalars("loss")
     completed = losses[-1].step + 1 if losses else first_step
