@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.server.handlers import MANAGER_SETTING, handlers
+from workbench.server.handlers import MANAGER_SETTING, routes
 from workbench.server.manager import RunsManager
 
 __all__ = ["MANAGER_SETTING", "RunsManager"]
@@ -38,5 +38,5 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
     """Register the routes on the server's web app (``server_app`` is a ``ServerApp``)."""
     web_app = server_app.web_app
     manager = web_app.settings[MANAGER_SETTING] = RunsManager()
-    web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))
+    web_app.add_handlers(".*$", routes(web_app.settings["base_url"]))
     server_app.log.info("dtrain workbench: serving the run store at %s", manager.store.root)

@@ -137,7 +137,7 @@ class BokehStaticHandler(AuthenticatedFileHandler):
     auth_resource = AUTH_RESOURCE
 
 
-def handlers(base_url: str) -> list[tuple[str, type, dict[str, Any]]]:
+def routes(base_url: str) -> list[tuple[str, type, dict[str, Any]]]:
     """The extension's routes under ``<base_url>/workbench``."""
     base = url_path_join(base_url, "workbench")
     run = rf"/runs/(?P<run_id>{RUN_ID})"

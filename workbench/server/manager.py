@@ -69,7 +69,15 @@ def run_record(run: StoredRun, config: dict, status: dict) -> dict[str, Any]:
 
 class RunsManager:
     """The run store as the server extension sees it. ``store`` defaults to ``RunStore()``
-    (``$DTRAIN_RUN_STORE`` or the user's data directory)."""
+    (``$DTRAIN_RUN_STORE`` or the user's data directory).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> manager = RunsManager(RunStore(tempfile.mkdtemp()))
+    >>> manager.runs(), manager.clusters()
+    ([], [])
+    """
 
     def __init__(self, store: RunStore | None = None) -> None:
         self.store = store if store is not None else RunStore()
