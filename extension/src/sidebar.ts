@@ -1,0 +1,287 @@
+/**
+ * The "Distributed training" sidebar: the clusters (with links to their Dask dashboards) and
+ * the runs of the run store, redrawn from the model's `changed` signal. Rows are keyed by run
+ * id and updated in place, so a refresh never steals a click or the keyboard focus.
+ */
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import { ICluster, IRun, isLive } from './api';
+import { workbenchIcon } from './icons';
+import { RunsModel } from './model';
+
+export namespace RunsSidebar {
+  export interface IOptions {
+    model: RunsModel;
+    /** Called to open a run's charts (click, Enter). */
+    openRun: (runId: string) => void;
+    /** Called to stop a live run (its Stop button). */
+    stopRun: (runId: string) => void;
+    /** Called by the "New notebook" button, if given. */
+    newNotebook?: () => void;
+  }
+}
+
+export class RunsSidebar extends Widget {
+  constructor(options: RunsSidebar.IOptions) {
+    super();
+    this._options = options;
+    this.id = 'dtrain-workbench-sidebar';
+    this.addClass('jp-WorkbenchSidebar');
+    this.title.icon = workbenchIcon;
+    this.title.caption = 'Distributed training';
+
+    const header = element('header', 'jp-WorkbenchSidebar-header');
+    header.append(element('h2', 'jp-WorkbenchSidebar-title', 'Distributed training'));
+    const actions = element('div', 'jp-WorkbenchSidebar-actions');
+    if (options.newNotebook) {
+      actions.append(button('New notebook', 'jp-WorkbenchSidebar-new', options.newNotebook));
+    }
+    actions.append(
+      button('Refresh', 'jp-WorkbenchSidebar-refresh', () => void options.model.refresh())
+    );
+    header.append(actions);
+
+    this._status = element('div', 'jp-WorkbenchSidebar-status');
+    this._status.setAttribute('role', 'status');
+    this._clusterList = element('ul', 'jp-WorkbenchSidebar-clusters');
+    this._runList = element('ul', 'jp-WorkbenchSidebar-runs');
+    this._runList.addEventListener('click', this._onRunClick);
+    this._runList.addEventListener('keydown', this._onRunKey);
+    this.node.append(
+      header,
+      this._status,
+      element('h3', 'jp-WorkbenchSidebar-section', 'Clusters'),
+      this._clusterList,
+      element('h3', 'jp-WorkbenchSidebar-section', 'Runs'),
+      this._runList
+    );
+    options.model.changed.connect(this._render, this);
+    this._render();
+  }
+
+  /** Show a message below the header (e.g. the answer to a stop request). */
+  notify(message: string, isError = false): void {
+    this._notice = { message, isError };
+    this._render();
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._options.model.paused = false;
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this._options.model.paused = true;
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._options.model.changed.disconnect(this._render, this);
+    super.dispose();
+  }
+
+  private _render(): void {
+    const { model } = this._options;
+    this._renderStatus(model);
+    this._renderClusters(model.clusters);
+    this._renderRuns(model.runs, model.status === 'loading');
+  }
+
+  private _renderStatus(model: RunsModel): void {
+    const parts: string[] = [];
+    let isError = false;
+    if (model.status === 'error') {
+      parts.push(`Cannot load runs: ${model.error ?? 'unknown error'}`);
+      isError = true;
+    }
+    if (this._notice) {
+      parts.push(this._notice.message);
+      isError = isError || this._notice.isError;
+    }
+    this._status.textContent = parts.join(' — ');
+    this._status.classList.toggle('jp-mod-error', isError);
+    this._status.hidden = parts.length === 0;
+  }
+
+  private _renderClusters(clusters: ReadonlyArray<ICluster>): void {
+    const items = clusters.map(cluster => {
+      const item = element('li', 'jp-WorkbenchSidebar-cluster');
+      item.append(element('span', 'jp-WorkbenchSidebar-address', cluster.address));
+      if (cluster.dashboardLink) {
+        const link = element('a', 'jp-WorkbenchSidebar-dashboard', 'Dask dashboard');
+        link.href = cluster.dashboardLink;
+        link.target = '_blank';
+        link.rel = 'noopener noreferrer';
+        item.append(link);
+      }
+      const count = cluster.runs.length;
+      item.append(
+        element('span', 'jp-WorkbenchSidebar-muted', `${count} run${count === 1 ? '' : 's'}`)
+      );
+      return item;
+    });
+    if (items.length === 0) {
+      items.push(element('li', 'jp-WorkbenchSidebar-empty', 'No cluster running'));
+    }
+    this._clusterList.replaceChildren(...items);
+  }
+
+  private _renderRuns(runs: ReadonlyArray<IRun>, loading: boolean): void {
+    if (runs.length === 0) {
+      const text = loading ? 'Loading…' : 'No runs yet: start one with %dtrain in a notebook';
+      this._rows.clear();
+      this._runList.replaceChildren(element('li', 'jp-WorkbenchSidebar-empty', text));
+      return;
+    }
+    const rows = runs.map(run => {
+      const row = this._rows.get(run.id) ?? createRunRow(run.id);
+      updateRunRow(row, run);
+      return row;
+    });
+    this._rows = new Map(rows.map(row => [row.dataset.runId ?? '', row]));
+    // Only touch the DOM order when it changed, so a focused row keeps its focus.
+    const current = Array.from(this._runList.children);
+    if (current.length !== rows.length || rows.some((row, index) => current[index] !== row)) {
+      this._runList.replaceChildren(...rows);
+    }
+  }
+
+  private _onRunClick = (event: MouseEvent): void => {
+    const target = event.target as HTMLElement;
+    const row = target.closest<HTMLElement>('.jp-WorkbenchRun');
+    const runId = row?.dataset.runId;
+    if (!runId) {
+      return;
+    }
+    if (target.closest('.jp-WorkbenchRun-stop')) {
+      event.stopPropagation();
+      this._options.stopRun(runId);
+    } else if (!target.closest('a')) {
+      this._options.openRun(runId);
+    }
+  };
+
+  private _onRunKey = (event: KeyboardEvent): void => {
+    const target = event.target as HTMLElement;
+    if (event.key === 'Enter' && target.classList.contains('jp-WorkbenchRun')) {
+      const runId = target.dataset.runId;
+      if (runId) {
+        event.preventDefault();
+        this._options.openRun(runId);
+      }
+    }
+  };
+
+  private _options: RunsSidebar.IOptions;
+  private _status: HTMLElement;
+  private _clusterList: HTMLElement;
+  private _runList: HTMLElement;
+  private _rows = new Map<string, HTMLElement>();
+  private _notice: { message: string; isError: boolean } | null = null;
+}
+
+/** The fields a run row shows, in order: [class suffix, label]. */
+const FIELDS: ReadonlyArray<[string, string]> = [
+  ['devices', 'Devices'],
+  ['step', 'Step'],
+  ['loss', 'Loss'],
+  ['speed', 'Samples/s']
+];
+
+function createRunRow(runId: string): HTMLElement {
+  const row = element('li', 'jp-WorkbenchRun');
+  row.dataset.runId = runId;
+  row.tabIndex = 0;
+  row.title = `Open the charts of run ${runId}`;
+  const head = element('div', 'jp-WorkbenchRun-head');
+  head.append(
+    element('span', 'jp-WorkbenchRun-strategy'),
+    element('span', 'jp-WorkbenchRun-state'),
+    button('Stop', 'jp-WorkbenchRun-stop')
+  );
+  const fields = element('div', 'jp-WorkbenchRun-fields');
+  for (const [name, label] of FIELDS) {
+    const field = element('div', 'jp-WorkbenchRun-field');
+    field.append(
+      element('span', 'jp-WorkbenchRun-label', label),
+      element('span', `jp-WorkbenchRun-value jp-WorkbenchRun-${name}`)
+    );
+    fields.append(field);
+  }
+  row.append(head, fields, element('div', 'jp-WorkbenchRun-id', runId));
+  return row;
+}
+
+function updateRunRow(row: HTMLElement, run: IRun): void {
+  setText(row, '.jp-WorkbenchRun-strategy', run.strategy);
+  const state = row.querySelector<HTMLElement>('.jp-WorkbenchRun-state');
+  if (state) {
+    state.textContent = run.state;
+    state.dataset.state = run.state;
+    state.title = run.error ?? run.state;
+  }
+  row.dataset.state = run.state;
+  const stop = row.querySelector<HTMLButtonElement>('.jp-WorkbenchRun-stop');
+  if (stop) {
+    stop.hidden = run.state !== 'running';
+    stop.title = `Stop run ${run.id} after the step in flight`;
+  }
+  setText(row, '.jp-WorkbenchRun-devices', formatCount(run.devices));
+  const step =
+    run.steps !== null ? `${formatCount(run.step)}/${formatCount(run.steps)}` : formatCount(run.step);
+  setText(row, '.jp-WorkbenchRun-step', step);
+  setText(row, '.jp-WorkbenchRun-loss', formatLoss(run.loss));
+  setText(row, '.jp-WorkbenchRun-speed', formatSpeed(run.samplesPerSecond));
+  row.classList.toggle('jp-mod-live', isLive(run));
+}
+
+function formatCount(value: number | null): string {
+  return value === null ? '–' : String(value);
+}
+
+function formatLoss(value: number | null): string {
+  if (value === null) {
+    return '–';
+  }
+  return value !== 0 && Math.abs(value) < 0.001 ? value.toExponential(2) : value.toPrecision(4);
+}
+
+function formatSpeed(value: number | null): string {
+  if (value === null) {
+    return '–';
+  }
+  return value >= 1000 ? `${(value / 1000).toFixed(1)}k` : value.toFixed(0);
+}
+
+function setText(root: HTMLElement, selector: string, text: string): void {
+  const node = root.querySelector<HTMLElement>(selector);
+  if (node && node.textContent !== text) {
+    node.textContent = text;
+  }
+}
+
+function element<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  className: string,
+  text?: string
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  node.className = className;
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+function button(label: string, className: string, onClick?: () => void): HTMLButtonElement {
+  const node = element('button', `jp-Button jp-mod-styled jp-mod-small ${className}`, label);
+  node.type = 'button';
+  if (onClick) {
+    node.addEventListener('click', onClick);
+  }
+  return node;
+}

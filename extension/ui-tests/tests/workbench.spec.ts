@@ -1,0 +1,157 @@
+/**
+ * The dtrain workbench in a real JupyterLab and chromium: the sidebar lists the runs that
+ * global-setup trained, a run opens as four chart panels with Bokeh plots, Stop ends a live run.
+ */
+import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import { Locator } from '@playwright/test';
+import * as fs from 'fs';
+import * as path from 'path';
+
+const SIDEBAR = 'dtrain-workbench-sidebar';
+const PAGES = ['loss', 'utilization', 'timeline', 'communication'];
+const SHOTS = path.join(__dirname, '..', 'test-results', 'screenshots');
+
+interface IRuns {
+  finished: string;
+  live: string;
+}
+
+function runs(): IRuns {
+  const file = path.join(process.env.DTRAIN_RUN_STORE ?? '', 'runs.json');
+  return JSON.parse(fs.readFileSync(file, 'utf-8')) as IRuns;
+}
+
+async function shot(page: IJupyterLabPageFixture, name: string): Promise<void> {
+  fs.mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`) });
+}
+
+async function openSidebar(page: IJupyterLabPageFixture): Promise<Locator> {
+  await page.sidebar.openTab(SIDEBAR);
+  const sidebar = page.locator(`#${SIDEBAR}`);
+  await expect(sidebar).toBeVisible();
+  return sidebar;
+}
+
+function launcherCard(page: IJupyterLabPageFixture): Locator {
+  return page.locator('.jp-LauncherCard:visible', { hasText: 'Distributed Training' }).first();
+}
+
+function panelId(runId: string, chart: string): string {
+  return `dtrain-workbench-run-${runId.replace(/[^A-Za-z0-9_-]/g, '_')}-${chart}`;
+}
+
+test.describe('dtrain workbench', () => {
+  test('JupyterLab starts with the extension', async ({ page }) => {
+    const errors: string[] = [];
+    page.on('console', message => {
+      if (message.type() === 'error' && message.text().includes('dtrain-workbench')) {
+        errors.push(message.text());
+      }
+    });
+    await expect(page.locator(`.jp-SideBar [data-id="${SIDEBAR}"]`)).toBeVisible();
+    const commands = await page.evaluate(() =>
+      window.jupyterapp.commands.listCommands().filter(id => id.startsWith('workbench:'))
+    );
+    expect(commands.sort()).toEqual([
+      'workbench:new-notebook',
+      'workbench:open-run',
+      'workbench:refresh-runs',
+      'workbench:stop-run'
+    ]);
+    await page.evaluate(() => window.jupyterapp.commands.execute('launcher:create'));
+    await expect(launcherCard(page)).toBeVisible();
+    await shot(page, '01-launcher');
+    expect(errors).toEqual([]);
+  });
+
+  test('the sidebar lists the runs of the store', async ({ page }) => {
+    const { finished, live } = runs();
+    const sidebar = await openSidebar(page);
+    const row = sidebar.locator(`.jp-WorkbenchRun[data-run-id="${finished}"]`);
+    await expect(row.locator('.jp-WorkbenchRun-state')).toHaveText('finished');
+    await expect(row.locator('.jp-WorkbenchRun-strategy')).toHaveText('mirrored');
+    await expect(row.locator('.jp-WorkbenchRun-devices')).toHaveText('2');
+    await expect(row.locator('.jp-WorkbenchRun-step')).toHaveText(/^\d+\/60$/);
+    await expect(row.locator('.jp-WorkbenchRun-loss')).toHaveText(/^\d/);
+    await expect(row.locator('.jp-WorkbenchRun-stop')).toBeHidden();
+    const liveRow = sidebar.locator(`.jp-WorkbenchRun[data-run-id="${live}"]`);
+    await expect(liveRow.locator('.jp-WorkbenchRun-state')).toHaveText('running');
+    await expect(liveRow.locator('.jp-WorkbenchRun-stop')).toBeVisible();
+    // The live run's step moves while the sidebar polls.
+    const first = await liveRow.locator('.jp-WorkbenchRun-step').textContent();
+    await expect(liveRow.locator('.jp-WorkbenchRun-step')).not.toHaveText(first ?? '', {
+      timeout: 20000
+    });
+    await shot(page, '02-sidebar');
+  });
+
+  test('opening runs shows their chart panels with Bokeh plots', async ({ page }) => {
+    const { finished, live } = runs();
+    const sidebar = await openSidebar(page);
+    await sidebar.locator(`.jp-WorkbenchRun[data-run-id="${finished}"]`).click();
+    for (const chart of PAGES) {
+      const panel = page.locator(`#${panelId(finished, chart)}`);
+      await expect(panel).toBeVisible();
+      const frame = page.frameLocator(`#${panelId(finished, chart)} iframe`);
+      await expect(frame.locator('.bk-Canvas canvas, canvas').first()).toBeVisible({
+        timeout: 60000
+      });
+    }
+    await expect(page.locator(`.lm-TabBar-tab[title*="${finished}"]`)).toHaveCount(4);
+    // Give the charts a moment to draw their data before the picture.
+    await page.waitForTimeout(2000);
+    await shot(page, '03-finished-run-charts');
+
+    // Opening it again activates the panels instead of adding more.
+    await page.evaluate(
+      runId => window.jupyterapp.commands.execute('workbench:open-run', { runId }),
+      finished
+    );
+    await expect(page.locator('.jp-WorkbenchChartPanel')).toHaveCount(4);
+
+    // A second run docks next to the first.
+    await sidebar.locator(`.jp-WorkbenchRun[data-run-id="${live}"]`).click();
+    await expect(page.locator('.jp-WorkbenchChartPanel')).toHaveCount(8);
+    const frame = page.frameLocator(`#${panelId(live, 'loss')} iframe`);
+    await expect(frame.locator('.bk-Canvas canvas, canvas').first()).toBeVisible({
+      timeout: 60000
+    });
+    await page.waitForTimeout(3000);
+    await shot(page, '04-two-runs');
+    const first = await page.locator(`#${panelId(finished, 'loss')}`).boundingBox();
+    const second = await page.locator(`#${panelId(live, 'loss')}`).boundingBox();
+    expect(second && first && second.x > first.x).toBe(true);
+  });
+
+  test('Stop ends a live run', async ({ page }) => {
+    const { live } = runs();
+    const sidebar = await openSidebar(page);
+    const row = sidebar.locator(`.jp-WorkbenchRun[data-run-id="${live}"]`);
+    await expect(row.locator('.jp-WorkbenchRun-state')).toHaveText('running');
+    await row.locator('.jp-WorkbenchRun-stop').click();
+    await expect(row.locator('.jp-WorkbenchRun-state')).toHaveText(/stopping|stopped/);
+    await expect(row.locator('.jp-WorkbenchRun-state')).toHaveText('stopped', { timeout: 60000 });
+    await expect(row.locator('.jp-WorkbenchRun-stop')).toBeHidden();
+    await shot(page, '05-stopped');
+  });
+
+  test('the launcher card makes a notebook that starts a run', async ({ page }) => {
+    await page.evaluate(() => window.jupyterapp.commands.execute('launcher:create'));
+    await launcherCard(page).click();
+    await page.waitForSelector('.jp-NotebookPanel');
+    await expect(page.locator('.jp-NotebookPanel .jp-Cell')).toHaveCount(2);
+    const sources = await page.evaluate(() => {
+      const widget = window.jupyterapp.shell.currentWidget as unknown as {
+        content: { model: { sharedModel: { cells: { getSource(): string }[] } } };
+      };
+      return widget.content.model.sharedModel.cells.map(cell => cell.getSource());
+    });
+    expect(sources).toEqual([
+      '%load_ext workbench',
+      '%dtrain --strategy mirrored --devices 2 --epochs 2'
+    ]);
+    await shot(page, '06-new-notebook');
+  });
+});
+

@@ -1,0 +1,116 @@
+"""The JupyterLab extension's own checks, run from pytest so one command runs everything:
+the TypeScript build (no warnings), the Jest unit tests, the Galata UI tests in chromium, and
+JupyterLab's browser check with the extension installed. Each needs ``./setup.sh`` first (Node
+packages, the built extension) and Debian's chromium; without them the tests fail, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXTENSION = ROOT / "extension"
+UI_TESTS = EXTENSION / "ui-tests"
+BIN = Path(sys.executable).parent
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+SETUP_HINT = "run ./setup.sh (Node packages and the built extension) and install chromium"
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
+    env.setdefault("CI", "1")
+    return env
+
+
+def _require(*paths: Path) -> None:
+    missing = [str(path) for path in paths if not path.exists()]
+    if missing:
+        pytest.fail(f"missing {', '.join(missing)}: {SETUP_HINT}", pytrace=False)
+
+
+def _require_chromium() -> None:
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        pytest.fail(f"no chromium at {CHROMIUM}: apt-get install chromium, then {SETUP_HINT}")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _run(command: list[str], cwd: Path, timeout: float, **env: str) -> str:
+    jlpm = str(BIN / "jlpm")
+    command = [jlpm if part == "jlpm" else part for part in command]
+    completed = subprocess.run(
+        command,
+        cwd=cwd,
+        env={**_environment(), **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    output = completed.stdout
+    assert completed.returncode == 0, (
+        f"{' '.join(command)} exited with {completed.returncode}:\n{output[-20000:]}"
+    )
+    return output
+
+
+def test_typescript_builds_without_warnings():
+    _require(EXTENSION / "node_modules" / ".bin" / "tsc")
+    output = _run(["jlpm", "build:lib"], EXTENSION, timeout=300)
+    lines = [line for line in output.splitlines() if "warning" in line.lower() or "error" in line]
+    assert not lines, output
+
+
+def test_jest_unit_tests():
+    _require(EXTENSION / "node_modules" / ".bin" / "jest")
+    output = _run(["jlpm", "test"], EXTENSION, timeout=300)
+    assert "failed" not in output.split("Tests:")[-1], output
+
+
+def test_galata_ui_tests():
+    _require(
+        UI_TESTS / "node_modules" / "@jupyterlab" / "galata", ROOT / "workbench" / "labextension"
+    )
+    _require_chromium()
+    with tempfile.TemporaryDirectory(prefix="dtrain-ui-tests-") as store:
+        output = _run(
+            ["jlpm", "playwright", "test"],
+            UI_TESTS,
+            timeout=900,
+            DTRAIN_RUN_STORE=store,
+            DTRAIN_UI_TEST_PORT=str(_free_port()),
+            CHROMIUM_PATH=CHROMIUM,
+        )
+    assert " failed" not in output, output
+
+
+def test_jupyterlab_browser_check():
+    _require(ROOT / "workbench" / "labextension" / "package.json")
+    _require_chromium()
+    with tempfile.TemporaryDirectory(prefix="dtrain-browser-check-") as store:
+        _run(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("browser_check_chromium.py")),
+                "--ServerApp.allow_root=True",
+            ],
+            ROOT,
+            timeout=300,
+            DTRAIN_RUN_STORE=store,
+            CHROMIUM_PATH=CHROMIUM,
+        )
