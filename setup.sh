@@ -3,6 +3,12 @@
 # mode with its test, development and benchmark extras. Run from the repository root.
 set -euo pipefail
 cd "$(dirname "$0")"
+# Debian's chromium, for the UI tests and JupyterLab's browser check (no browser is downloaded).
+if ! command -v chromium >/dev/null; then
+  as_root=$([ "$(id -u)" -eq 0 ] || echo sudo)
+  $as_root apt-get update -qq
+  $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 # torch is only the benchmark peer; pip takes the CPU wheel that ships with this machine kind.
@@ -18,3 +24,12 @@ link=.venv/share/jupyter/labextensions/dtrain-workbench
 mkdir -p .venv/share/jupyter/labextensions
 ln -sfn "$PWD/workbench/labextension" "$link"
 jupyter server extension enable --sys-prefix workbench.server
+# JupyterLab's browser check installs Playwright in its application directory and asks it for
+# chromium: install the UI tests' Playwright version there first, and point it at Debian's.
+browser_test="$(jupyter lab path | sed -n 's/^Application directory: *//p')/browser_test"
+playwright_version=$(node -p "require('./extension/ui-tests/node_modules/playwright-core/package.json').version")
+mkdir -p "$browser_test"
+[ -f "$browser_test/package.json" ] || (cd "$browser_test" && npm init -y >/dev/null)
+(cd "$browser_test" && npm install --silent --no-audit --no-fund "playwright@$playwright_version")
+python extension/ui-tests/use_debian_chromium.py "$browser_test/node_modules/playwright-core" \
+  .venv/share/playwright-browsers >/dev/null

@@ -100,17 +100,54 @@ def test_galata_ui_tests():
 
 
 def test_jupyterlab_browser_check():
-    _require(ROOT / "workbench" / "labextension" / "package.json")
+    """``python -m jupyterlab.browser_check`` itself, with the extension installed: its
+    Playwright (installed by ``setup.sh``) finds Debian's chromium where it looks for its own."""
+    browsers = ROOT / ".venv" / "share" / "playwright-browsers"
+    _require(ROOT / "workbench" / "labextension" / "package.json", browsers)
     _require_chromium()
+    environment = {key: value for key, value in _environment().items()}
+    environment.pop("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD")  # the check's install must find ours
     with tempfile.TemporaryDirectory(prefix="dtrain-browser-check-") as store:
-        _run(
-            [
-                sys.executable,
-                str(Path(__file__).with_name("browser_check_chromium.py")),
-                "--ServerApp.allow_root=True",
-            ],
-            ROOT,
+        completed = subprocess.run(
+            [sys.executable, "-m", "jupyterlab.browser_check", "--ServerApp.allow_root=True"],
+            cwd=ROOT,
+            env={
+                **environment,
+                "DTRAIN_RUN_STORE": store,
+                "PLAYWRIGHT_BROWSERS_PATH": str(browsers),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             timeout=300,
-            DTRAIN_RUN_STORE=store,
-            CHROMIUM_PATH=CHROMIUM,
+            check=False,
         )
+    output = completed.stdout
+    assert completed.returncode == 0, output[-20000:]
+    assert (
+        "Browser test complete" in output
+        and "workbench.server | extension was successfully loaded" in output
+    )
+    assert "Downloading" not in output, output  # Debian's chromium, nothing from the network
+
+
+def test_jupyterlab_lists_both_extensions_enabled():
+    env = _environment()
+    labextensions = subprocess.run(
+        [str(BIN / "jupyter"), "labextension", "list"], env=env, capture_output=True, text=True
+    )
+    listed = labextensions.stdout + labextensions.stderr
+    assert any(
+        "dtrain-workbench" in line and "enabled" in line and "OK" in line
+        for line in listed.splitlines()
+    ), listed
+    servers = subprocess.run(
+        [str(BIN / "jupyter"), "server", "extension", "list"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    listed = servers.stdout + servers.stderr
+    assert any("workbench.server" in line and "enabled" in line for line in listed.splitlines()), (
+        listed
+    )

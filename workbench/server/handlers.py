@@ -21,7 +21,6 @@ from jupyter_server.base.handlers import APIHandler, AuthenticatedFileHandler, J
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from workbench.server.chart_pages import render_chart_page
 from workbench.server.manager import RUN_ID, RunsManager
 
 MANAGER_SETTING = "workbench_runs_manager"
@@ -122,6 +121,9 @@ class ChartPageHandler(JupyterHandler):
         manager: RunsManager = self.settings[MANAGER_SETTING]
         try:
             await asyncio.to_thread(manager.run, run_id)  # 404 for a run that is not there
+            # Bokeh is imported on the first page, not when JupyterLab starts.
+            from workbench.server.chart_pages import render_chart_page
+
             html = await asyncio.to_thread(render_chart_page, run_id, page, self.base_url)
         except KeyError as error:
             raise web.HTTPError(404, _message(error)) from error

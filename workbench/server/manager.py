@@ -15,10 +15,12 @@ import re
 import socket
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workbench.server.run_charts import RunCharts, page_figures
 from workbench.store import RunStore, StoredRun, chrome_trace, scalars_csv
+
+if TYPE_CHECKING:  # Bokeh is imported on the first chart request, not when the server starts
+    from workbench.server.run_charts import RunCharts
 
 # What a run id may be: a directory name in the store, never a path out of it.
 RUN_ID = r"[A-Za-z0-9._-]+"
@@ -148,6 +150,8 @@ class RunsManager:
     def chart_data(self, run_id: str, page: str) -> dict[str, Any]:
         """The run's state and the columns of the sources chart page ``page`` draws, with what
         the run wrote since the last call added."""
+        from workbench.server.run_charts import page_figures
+
         page_figures(page)  # unknown page: KeyError before any work
         run = self._open(run_id)
         charts = self._run_charts(run)
@@ -155,6 +159,8 @@ class RunsManager:
         return {"state": self._record(run)["state"], **charts.page_data(page)}
 
     def _run_charts(self, run: StoredRun) -> RunCharts:
+        from workbench.server.run_charts import RunCharts
+
         with self._charts_lock:
             charts = self._charts.get(run.run_id)
             if charts is None:
