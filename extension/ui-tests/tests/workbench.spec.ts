@@ -136,7 +136,7 @@ test.describe('dtrain workbench', () => {
     await shot(page, '05-stopped');
   });
 
-  test('the launcher card makes a notebook that starts a run', async ({ page }) => {
+  test('the launcher card makes a notebook whose run the sidebar lists', async ({ page }) => {
     await page.evaluate(() => window.jupyterapp.commands.execute('launcher:create'));
     await launcherCard(page).click();
     await page.waitForSelector('.jp-NotebookPanel');
@@ -152,6 +152,22 @@ test.describe('dtrain workbench', () => {
       '%dtrain --strategy mirrored --devices 2 --epochs 2'
     ]);
     await shot(page, '06-new-notebook');
+
+    // Running it trains in the notebook's kernel, and the sidebar lists that run (the store
+    // is the one link between the two) until it finishes.
+    await page.notebook.run();
+    const sidebar = await openSidebar(page);
+    const { finished, live } = runs();
+    const known = [finished, live];
+    const rows = sidebar.locator('.jp-WorkbenchRun');
+    await expect(rows).toHaveCount(known.length + 1, { timeout: 120000 });
+    const fresh = rows.first(); // newest first
+    expect(known).not.toContain(await fresh.getAttribute('data-run-id'));
+    await expect(fresh.locator('.jp-WorkbenchRun-strategy')).toHaveText('mirrored');
+    await expect(fresh.locator('.jp-WorkbenchRun-state')).toHaveText('finished', {
+      timeout: 180000
+    });
+    await shot(page, '07-notebook-run-listed');
   });
 });
 
