@@ -183,3 +183,55 @@ def test_plan_prints_placement_partitions_and_send_recv_pairs(capsys):
     out = capsys.readouterr().out
     assert "dense_0" in out and "/job:worker/task:1/device:CPU:0" in out
     assert "send" in out and "recv" in out and "->" in out
+
+
+def test_a_command_line_run_is_recorded_in_the_run_store(tmp_path, monkeypatch, capsys):
+    from workbench.store import STORE_ENVIRONMENT, RunStore
+
+    monkeypatch.setenv(STORE_ENVIRONMENT, str(tmp_path))
+    summary, err = run_json(capsys, "--steps", "4", "--hidden", "16")
+    (stored,) = RunStore(tmp_path).runs()
+    assert f"run {stored.run_id}, recorded in {tmp_path}" in err
+    assert stored.status()["state"] == "finished" and stored.status()["step"] == 4
+    assert stored.summary()["final_loss"] == summary["final_loss"]
+    assert stored.config()["steps"] == 4
+    assert any(event.name == "test_loss" for event in stored.events() if hasattr(event, "name"))
+
+
+def test_bad_flags_record_nothing(tmp_path, monkeypatch, capsys):
+    from workbench.store import STORE_ENVIRONMENT, RunStore
+
+    monkeypatch.setenv(STORE_ENVIRONMENT, str(tmp_path))
+    assert main(["run", "--strategy", "ring", "--json"]) == 2
+    assert RunStore(tmp_path).runs() == []
+
+
+def test_a_stop_asked_through_the_store_ends_a_command_line_run(tmp_path):
+    """What the JupyterLab sidebar's Stop does to a ``dtrain run`` in a terminal."""
+    import os
+    import time
+
+    from workbench.store import STORE_ENVIRONMENT, RunStore
+
+    script = shutil.which("dtrain") or str(sys.executable).replace("python", "dtrain")
+    process = subprocess.Popen(
+        [script, "run", "--steps", "1000000", "--hidden", "16", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, STORE_ENVIRONMENT: str(tmp_path)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not RunStore(tmp_path).runs() or RunStore(tmp_path).runs()[0].status()["step"] < 5:
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+            time.sleep(0.1)
+        (stored,) = RunStore(tmp_path).runs()
+        stored.request_stop()
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert 5 <= json.loads(out)["steps"] < 1_000_000
+    assert stored.status()["state"] == "stopped"

@@ -29,11 +29,12 @@ def run_command(argv: Sequence[str]) -> int:
     from workbench.cli.flags import parse_run_flags
     from workbench.parallel.dispatch import DeviceFailure
     from workbench.runtime.cluster import ClusterError
-    from workbench.training.runner import run_training
+    from workbench.training.runner import prepare_run
 
     try:
         config = parse_run_flags(argv)
-        result = run_training(config)
+        prepared = prepare_run(config)  # every input error before anything starts or is stored
+        result = _train_recorded(prepared)
     except (*_user_errors(), ClusterError) as error:
         print(f"dtrain run: error: {error}", file=sys.stderr)
         return 2
@@ -44,6 +45,30 @@ def run_command(argv: Sequence[str]) -> int:
     if config.json:
         print(json.dumps(result.summary, indent=2))
     return 0
+
+
+def _train_recorded(prepared):
+    """Train a prepared run, recorded in the run store as it goes (so the JupyterLab sidebar
+    lists it, shows its charts and can stop it)."""
+    from workbench.events import EventLog
+    from workbench.store import RunStore
+    from workbench.store.run_link import RunLink, new_run_id
+    from workbench.training.runner import execute_run, stderr_progress
+
+    store, log = RunStore(), EventLog()
+    run_id = new_run_id(prepared.config.strategy)
+    link = RunLink(store, run_id, prepared.job, log).start()
+    stderr_progress(f"[dtrain] run {run_id}, recorded in {store.root}")
+    try:
+        result = execute_run(prepared, log, stderr_progress)
+    except KeyboardInterrupt:
+        link.finish("stopped", error="interrupted (Ctrl-C)")
+        raise
+    except BaseException as error:
+        link.finish("failed", error=f"{type(error).__name__}: {error}")
+        raise
+    link.finish("stopped" if prepared.job.stop.is_set() else "finished", summary=result.summary)
+    return result
 
 
 def plan_command(argv: Sequence[str]) -> int:

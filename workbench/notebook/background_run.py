@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -20,13 +19,8 @@ from workbench.events import EventLog
 from workbench.events.records import PhaseEvent, ScalarEvent
 from workbench.models import Sequential
 from workbench.store import RunStore
+from workbench.store.run_link import RunLink, new_run_id
 from workbench.training.runner import RunResult, execute_run, prepare_run
-
-STORE_POLL_S = 0.25  # how soon a Stop asked through the store is seen
-
-
-def new_run_id(strategy: str) -> str:
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{strategy}-{uuid.uuid4().hex[:6]}"
 
 
 class BackgroundRun:
@@ -57,18 +51,11 @@ class BackgroundRun:
         self._progress = progress
         self._done = threading.Event()
         self._panel = None
-        self._recorder = (store or RunStore()).create(
-            self.run_id, self.config.to_dict(), steps=self.total_steps
-        )
-        self.log.subscribe(self._recorder.record)
+        self._link = RunLink(store or RunStore(), self.run_id, prepared.job, self.log)
         self._steps_done = self.first_step
         self.log.subscribe(self._count_steps)
         self._thread = threading.Thread(
             target=self._train, args=(prepared,), name=f"dtrain-{self.run_id}", daemon=True
-        )
-        self._told_cluster = False
-        self._watcher = threading.Thread(
-            target=self._watch_store, name=f"dtrain-{self.run_id}-watch", daemon=True
         )
         if begin:
             self.begin()
@@ -77,25 +64,9 @@ class BackgroundRun:
         """Start training (the constructor does, unless ``begin=False``: then build what
         watches the run first, so building it does not compete with the training)."""
         self.started = time.time()
+        self._link.start()
         self._thread.start()
-        self._watcher.start()
         return self
-
-    def _watch_store(self) -> None:
-        """Stop when asked through the store (the JupyterLab sidebar's Stop, from another
-        process), and tell the store which cluster the run uses once it has one."""
-        while not self._done.wait(STORE_POLL_S):
-            if self._recorder.run.stop_requested():
-                self._stop.set()
-            self._tell_cluster()
-
-    def _tell_cluster(self) -> None:
-        if not self._told_cluster and self.job.dashboard_link:
-            self._told_cluster = True
-            self._recorder.annotate(
-                dashboard_link=self.job.dashboard_link,
-                scheduler_address=self.job.scheduler_address,
-            )
 
     def _say(self, line: str) -> None:
         self.lines.append(line)
@@ -105,12 +76,11 @@ class BackgroundRun:
     def _train(self, prepared) -> None:
         try:
             self.result = execute_run(prepared, self.log, self._say)
-            self._tell_cluster()  # a run shorter than the watcher's poll too
             self.state = "stopped" if self._stop.is_set() else "finished"
-            self._recorder.finish(self.state, summary=self.result.summary)
+            self._link.finish(self.state, summary=self.result.summary)
         except BaseException as error:  # reported through the handle, never lost in a thread
             self.error, self.state = error, "failed"
-            self._recorder.finish("failed", error=f"{type(error).__name__}: {error}")
+            self._link.finish("failed", error=f"{type(error).__name__}: {error}")
         finally:
             self._done.set()
 

@@ -1,0 +1,70 @@
+"""A run training in this process, tied to its record in the run store while it goes.
+
+What other processes see and do through the store (the JupyterLab sidebar, another kernel):
+every event is recorded as it is emitted; a Stop asked through the store
+(:meth:`~workbench.store.StoredRun.request_stop`) sets the job's stop flag, so the run ends after
+the step in flight; once the run has a cluster, its dashboard link and scheduler address are
+noted; and the record is finished with the run's state and summary. The notebook's background
+runs and ``dtrain run`` both train this way.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from workbench.events import EventLog
+from workbench.store.run_store import RunStore
+
+if TYPE_CHECKING:  # the store does not import training code; it only reads the job's fields
+    from workbench.training.job import TrainingJob
+
+STORE_POLL_S = 0.25  # how soon a Stop asked through the store is seen
+
+
+def new_run_id(strategy: str) -> str:
+    """``<date>-<time>-<strategy>-<6 hex>``: sorts by start, says what it is, never repeats."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{strategy}-{uuid.uuid4().hex[:6]}"
+
+
+class RunLink:
+    """Records ``job``'s run (events of ``log``) as ``run_id`` in ``store``; :meth:`start`
+    watches the store while it trains, :meth:`finish` ends the record."""
+
+    def __init__(self, store: RunStore, run_id: str, job: TrainingJob, log: EventLog) -> None:
+        self.job = job
+        self.recorder = store.create(run_id, job.config.to_dict(), steps=job.total_steps)
+        log.subscribe(self.recorder.record)
+        self._told_cluster = False
+        self._ended = threading.Event()
+        self._watcher = threading.Thread(
+            target=self._watch, name=f"dtrain-{run_id}-watch", daemon=True
+        )
+
+    def start(self) -> RunLink:
+        self._watcher.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._ended.wait(STORE_POLL_S):
+            if self.recorder.run.stop_requested():
+                self.job.stop.set()
+            self._tell_cluster()
+
+    def _tell_cluster(self) -> None:
+        if not self._told_cluster and self.job.dashboard_link:
+            self._told_cluster = True
+            self.recorder.annotate(
+                dashboard_link=self.job.dashboard_link,
+                scheduler_address=self.job.scheduler_address,
+            )
+
+    def finish(self, state: str, summary: dict | None = None, error: str | None = None) -> None:
+        """End the record: ``state`` is finished, stopped or failed."""
+        self._ended.set()
+        if self._watcher.is_alive():
+            self._watcher.join()
+        self._tell_cluster()  # a run shorter than one poll too
+        self.recorder.finish(state, summary=summary, error=error)
