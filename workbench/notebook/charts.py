@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 from bokeh.layouts import column, row
-from bokeh.models import ColumnDataSource, HoverTool, NumeralTickFormatter
+from bokeh.models import ColumnDataSource, CustomJSTickFormatter, HoverTool, NumeralTickFormatter
 from bokeh.plotting import figure
 from bokeh.transform import dodge, factor_cmap
 
@@ -43,6 +43,20 @@ PHASE_COLOURS = {
 }
 COMPUTE, COMMUNICATION, IDLE = "#2ca02c", "#1f77b4", "#dddddd"
 WIDTH, HEIGHT = 460, 230
+# workbench.runtime.devices.device_tag in the browser ("/job:worker/task:1/device:CPU:0" ->
+# "task1-cpu0"); BokehJS ignores label overrides on categorical axes, so a formatter it is. Its
+# body runs as a function of (tick, index, ticks): those names are taken.
+SHORT_DEVICE_NAME_JS = """
+const fields = {};
+for (const part of String(tick).split("/")) {
+  const at = part.indexOf(":");
+  if (at > 0) fields[part.slice(0, at)] = part.slice(at + 1);
+}
+if (fields.task === undefined) return tick;
+const [kind, ordinal] = (fields.device || "CPU:0").split(":");
+const job = fields.job && fields.job !== "worker" ? fields.job + "-" : "";
+return job + "task" + fields.task + "-" + kind.toLowerCase() + ordinal;
+"""
 FIGURE_NAMES = ("loss", "throughput", "utilization", "traffic", "timeline", "stragglers")
 UTILIZATION_TITLE = "utilization (last 5 s)"
 
@@ -163,6 +177,9 @@ class LiveCharts:
 
     def _device_figure(self, title: str, **options) -> figure:
         chart = _figure(title, y_range=[], **options)
+        # The factors stay the full device names (the data and the hover use them); the axis
+        # shows the short names of Dask's task keys, so the labels leave the bars their width.
+        chart.yaxis.formatter = CustomJSTickFormatter(code=SHORT_DEVICE_NAME_JS)
         self._device_figures.append(chart)
         return chart
 

@@ -14,19 +14,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from workbench.runtime.cluster import ClusterSession
+from workbench.runtime.devices import device_tag
 
 
 class DeviceFailure(RuntimeError):
     """A device failed or stopped answering; the message names it and the step."""
-
-
-def device_tag(device_name: str) -> str:
-    """``/job:worker/task:1/device:CPU:0`` -> ``task1-cpu0`` (a Dask-key-friendly name)."""
-    parts = dict(part.split(":", 1) for part in device_name.strip("/").split("/") if ":" in part)
-    kind, _, index = parts.get("device", "CPU:0").partition(":")
-    job = parts.get("job", "worker")
-    prefix = "" if job == "worker" else f"{job}-"
-    return f"{prefix}task{parts.get('task', '0')}-{kind.lower()}{index}"
 
 
 def submit_each(

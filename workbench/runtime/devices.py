@@ -71,3 +71,19 @@ def device_name(device_type: str, task: int = 0, index: int = 0, job: str = "wor
     """TF-style device names: ``/job:worker/task:0/device:CPU:0``."""
     kind = "GPU" if device_type == "gpu" else "CPU"
     return f"/job:{job}/task:{task}/device:{kind}:{index}"
+
+
+def device_tag(device_name: str) -> str:
+    """``/job:worker/task:1/device:CPU:0`` -> ``task1-cpu0``: the short name in Dask task keys
+    and on the charts' device axes.
+
+    Examples
+    --------
+    >>> device_tag("/job:ps/task:0/device:GPU:1")
+    'ps-task0-gpu1'
+    """
+    parts = dict(part.split(":", 1) for part in device_name.strip("/").split("/") if ":" in part)
+    kind, _, index = parts.get("device", "CPU:0").partition(":")
+    job = parts.get("job", "worker")
+    prefix = "" if job == "worker" else f"{job}-"
+    return f"{prefix}task{parts.get('task', '0')}-{kind.lower()}{index}"
