@@ -3,6 +3,7 @@
  * the runs of the run store, redrawn from the model's `changed` signal. Rows are keyed by run
  * id and updated in place, so a refresh never steals a click or the keyboard focus.
  */
+import { URLExt } from '@jupyterlab/coreutils';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
@@ -138,7 +139,8 @@ export class RunsSidebar extends Widget {
       return;
     }
     const rows = runs.map(run => {
-      const row = this._rows.get(run.id) ?? createRunRow(run.id);
+      const row =
+        this._rows.get(run.id) ?? createRunRow(run.id, this._options.model.serverSettings.baseUrl);
       updateRunRow(row, run);
       return row;
     });
@@ -192,7 +194,13 @@ const FIELDS: ReadonlyArray<[string, string]> = [
   ['speed', 'Samples/s']
 ];
 
-function createRunRow(runId: string): HTMLElement {
+/** The exports of a run the server offers: [endpoint, link text, file name suffix, tooltip]. */
+const EXPORTS: ReadonlyArray<[string, string, string, string]> = [
+  ['trace', 'Chrome trace', 'trace.json', 'The timeline for chrome://tracing or Perfetto'],
+  ['scalars.csv', 'CSV', 'scalars.csv', 'Loss and the other per-step scalars']
+];
+
+function createRunRow(runId: string, baseUrl: string): HTMLElement {
   const row = element('li', 'jp-WorkbenchRun');
   row.dataset.runId = runId;
   row.tabIndex = 0;
@@ -212,7 +220,16 @@ function createRunRow(runId: string): HTMLElement {
     );
     fields.append(field);
   }
-  row.append(head, fields, element('div', 'jp-WorkbenchRun-id', runId));
+  const exports = element('div', 'jp-WorkbenchRun-exports');
+  for (const [endpoint, text, suffix, tooltip] of EXPORTS) {
+    const link = element('a', 'jp-WorkbenchRun-export', text);
+    // Same origin: the browser's Jupyter login cookie authenticates the download.
+    link.href = URLExt.join(baseUrl, 'workbench/api/runs', encodeURIComponent(runId), endpoint);
+    link.download = `${runId}-${suffix}`;
+    link.title = tooltip;
+    exports.append(link);
+  }
+  row.append(head, fields, element('div', 'jp-WorkbenchRun-id', runId), exports);
   return row;
 }
 

@@ -75,6 +75,21 @@ test.describe('dtrain workbench', () => {
     await expect(row.locator('.jp-WorkbenchRun-step')).toHaveText(/^\d+\/60$/);
     await expect(row.locator('.jp-WorkbenchRun-loss')).toHaveText(/^\d/);
     await expect(row.locator('.jp-WorkbenchRun-stop')).toBeHidden();
+    // Its exports download with the browser's login: the Chrome trace and the scalars.
+    const trace = await page.request.get(
+      (await row.locator('.jp-WorkbenchRun-export', { hasText: 'Chrome trace' }).getAttribute(
+        'href'
+      )) ?? ''
+    );
+    expect(trace.status()).toBe(200);
+    const phases = ((await trace.json()) as { traceEvents: { ph: string }[] }).traceEvents;
+    expect(phases.filter(event => event.ph === 'X').length).toBeGreaterThan(0);
+    const csv = await page.request.get(
+      (await row.locator('.jp-WorkbenchRun-export', { hasText: 'CSV' }).getAttribute('href')) ?? ''
+    );
+    const table = await csv.text();
+    expect(table.split('\n')[0]).toBe('step,name,value,time,device');
+    expect(table).toContain(',loss,');
     const liveRow = sidebar.locator(`.jp-WorkbenchRun[data-run-id="${live}"]`);
     await expect(liveRow.locator('.jp-WorkbenchRun-state')).toHaveText('running');
     await expect(liveRow.locator('.jp-WorkbenchRun-stop')).toBeVisible();
