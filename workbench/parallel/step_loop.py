@@ -1,9 +1,10 @@
 """The client's step loop for strategies whose devices keep their state between tasks.
 
-Each round dispatches one task per participating device covering K steps (ending at an epoch
-boundary), waits for all of them (failing with the device and step if one dies or stalls),
-and turns their reports into events: phase intervals, the global loss, the learning rate and,
-where devices report it, staleness; on GPUs also each device's NVML utilization and memory.
+Each round dispatches one task per participating device covering K steps (devices read any
+step's batch from the sampler, so a task may cross an epoch boundary), waits for all of them
+(failing with the device and step if one dies or stalls), and turns their reports into events:
+phase intervals, the global loss, the learning rate and, where devices report it, staleness; on
+GPUs also each device's NVML utilization and memory.
 """
 
 from __future__ import annotations
@@ -31,13 +32,12 @@ def drive_steps(
 ) -> None:
     """Run steps ``job.first_step`` .. ``job.total_steps`` on the devices ``ranks``."""
     step = job.first_step
-    per_epoch = job.sampler.steps_per_epoch
     chunk_seconds = 60.0
     while step < job.total_steps:
         if job.stop.is_set():
             progress(f"[{strategy}] stopped at step {step}")
             return
-        count = min(STEPS_PER_TASK, job.total_steps - step, per_epoch - step % per_epoch)
+        count = min(STEPS_PER_TASK, job.total_steps - step)
         started = job.clock()
         futures = submit_each(
             session, strategy, "step", step, function, arguments_for(step, count), ranks=ranks
