@@ -4,7 +4,7 @@
  * itself). A run's four panels dock as a 2x2 grid; a second run docks to the right of the first.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
-import { IFrame, MainAreaWidget } from '@jupyterlab/apputils';
+import { IFrame, MainAreaWidget, WidgetTracker } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
 
 import { workbenchIcon } from './icons';
@@ -12,6 +12,10 @@ import { workbenchIcon } from './icons';
 /** The chart pages the server renders for a run, in the order they dock. */
 export const CHART_PAGES = ['loss', 'utilization', 'timeline', 'communication'] as const;
 export type ChartPage = (typeof CHART_PAGES)[number];
+
+export function isChartPage(value: unknown): value is ChartPage {
+  return (CHART_PAGES as ReadonlyArray<unknown>).includes(value);
+}
 
 const TITLES: Record<ChartPage, string> = {
   loss: 'Loss',
@@ -53,6 +57,11 @@ export class RunChartPanels {
     private readonly _baseUrl: string
   ) {}
 
+  /** Every open chart panel; the layout restorer reopens them after a reload. */
+  readonly tracker = new WidgetTracker<MainAreaWidget<IFrame>>({
+    namespace: 'dtrain-workbench-charts'
+  });
+
   /** The open panels of a run, in page order (closed ones left out). */
   panels(runId: string): MainAreaWidget<IFrame>[] {
     return CHART_PAGES.map(page => this._open.get(chartPanelId(runId, page))).filter(
@@ -61,13 +70,14 @@ export class RunChartPanels {
   }
 
   /**
-   * Show a run's charts: add the pages that are not open, activate the ones that are.
+   * Show a run's charts (all pages, or `pages`): add the ones that are not open, activate the
+   * ones that are.
    *
    * @returns the run's panels, in page order
    */
-  open(runId: string): MainAreaWidget<IFrame>[] {
+  open(runId: string, pages: ReadonlyArray<ChartPage> = CHART_PAGES): MainAreaWidget<IFrame>[] {
     const placed = new Map<ChartPage, MainAreaWidget<IFrame>>();
-    for (const page of CHART_PAGES) {
+    for (const page of pages) {
       const id = chartPanelId(runId, page);
       const existing = this._open.get(id);
       if (existing && !existing.isDisposed) {
@@ -127,6 +137,7 @@ export class RunChartPanels {
     panel.node.dataset.chartPage = page;
     this._open.set(panel.id, panel);
     panel.disposed.connect(() => this._open.delete(panel.id));
+    void this.tracker.add(panel);
     return panel;
   }
 

@@ -16,7 +16,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { ReadonlyJSONObject, ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
 import { IRun } from './api';
-import { RunChartPanels } from './chartPanels';
+import { isChartPage, RunChartPanels } from './chartPanels';
 import { workbenchIcon } from './icons';
 import { RunsModel } from './model';
 import { RunsSidebar } from './sidebar';
@@ -73,10 +73,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
       describedBy: runIdSchema('The run to open; asks for one when left out'),
       execute: async args => {
         const runId = stringArg(args, 'runId') ?? (await pickRun(model, 'Open the charts of run'));
+        const page = stringArg(args, 'page'); // one page only: how the restorer reopens them
         if (runId) {
-          charts.open(runId);
+          charts.open(runId, isChartPage(page) ? [page] : undefined);
         }
       }
+    });
+    // After a reload the chart panels come back where they were.
+    void restorer?.restore(charts.tracker, {
+      command: CommandIDs.openRun,
+      args: panel => ({
+        runId: panel.node.dataset.runId ?? '',
+        page: panel.node.dataset.chartPage ?? ''
+      }),
+      name: panel => panel.id
     });
 
     commands.addCommand(CommandIDs.stopRun, {

@@ -137,6 +137,18 @@ test.describe('dtrain workbench', () => {
     const first = await page.locator(`#${panelId(finished, 'loss')}`).boundingBox();
     const second = await page.locator(`#${panelId(live, 'loss')}`).boundingBox();
     expect(second && first && second.x > first.x).toBe(true);
+
+    // A reload brings every panel back, with its charts.
+    // (Galata's ready check waits for the launcher, which the restored panels now cover.)
+    await page.reload({ waitForIsReady: false });
+    await page.waitForSelector('#jupyterlab-splash', { state: 'detached' });
+    await expect(page.locator('.jp-WorkbenchChartPanel')).toHaveCount(8, { timeout: 60000 });
+    const restored = page.frameLocator(`#${panelId(finished, 'timeline')} iframe`);
+    await expect(restored.locator('.bk-Canvas canvas, canvas').first()).toBeVisible({
+      timeout: 60000
+    });
+    await page.waitForTimeout(2000);
+    await shot(page, '04b-after-reload');
   });
 
   test('Stop ends a live run', async ({ page }) => {
