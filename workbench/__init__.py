@@ -106,8 +106,3 @@ __all__ = [
 def _jupyter_labextension_paths() -> list[dict]:
     """Where the prebuilt JupyterLab extension (the runs sidebar and chart panels) lives."""
     return [{"src": "labextension", "dest": "dtrain-workbench"}]
-
-
-def _jupyter_server_extension_points() -> list[dict]:
-    """The Jupyter server extension behind the sidebar is :mod:`workbench.server`."""
-    return [{"module": "workbench.server"}]

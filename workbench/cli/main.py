@@ -52,23 +52,14 @@ def _train_recorded(prepared):
     lists it, shows its charts and can stop it)."""
     from workbench.events import EventLog
     from workbench.store import RunStore
-    from workbench.store.run_link import RunLink, new_run_id
-    from workbench.training.runner import execute_run, stderr_progress
+    from workbench.training.run_link import RunLink, new_run_id
+    from workbench.training.runner import stderr_progress
 
-    store, log = RunStore(), EventLog()
+    store = RunStore()
     run_id = new_run_id(prepared.config.strategy)
-    link = RunLink(store, run_id, prepared.job, log).start()
+    link = RunLink(store, run_id, prepared.job, EventLog()).start()
     stderr_progress(f"[dtrain] run {run_id}, recorded in {store.root}")
-    try:
-        result = execute_run(prepared, log, stderr_progress)
-    except KeyboardInterrupt:
-        link.finish("stopped", error="interrupted (Ctrl-C)")
-        raise
-    except BaseException as error:
-        link.finish("failed", error=f"{type(error).__name__}: {error}")
-        raise
-    link.finish("stopped" if prepared.job.stop.is_set() else "finished", summary=result.summary)
-    return result
+    return link.train(prepared, stderr_progress)
 
 
 def plan_command(argv: Sequence[str]) -> int:

@@ -19,8 +19,8 @@ from workbench.events import EventLog
 from workbench.events.records import PhaseEvent, ScalarEvent
 from workbench.models import Sequential
 from workbench.store import RunStore
-from workbench.store.run_link import RunLink, new_run_id
-from workbench.training.runner import RunResult, execute_run, prepare_run
+from workbench.training.run_link import RunLink, new_run_id
+from workbench.training.runner import RunResult, prepare_run
 
 
 class BackgroundRun:
@@ -75,12 +75,10 @@ class BackgroundRun:
 
     def _train(self, prepared) -> None:
         try:
-            self.result = execute_run(prepared, self.log, self._say)
+            self.result = self._link.train(prepared, self._say)
             self.state = "stopped" if self._stop.is_set() else "finished"
-            self._link.finish(self.state, summary=self.result.summary)
         except BaseException as error:  # reported through the handle, never lost in a thread
             self.error, self.state = error, "failed"
-            self._link.finish("failed", error=f"{type(error).__name__}: {error}")
         finally:
             self._done.set()
 

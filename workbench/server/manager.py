@@ -100,14 +100,14 @@ class RunsManager:
         return run_record(run, run.config(), run.status())
 
     def runs(self) -> list[dict[str, Any]]:
-        """Every run, newest first."""
+        """Every run, newest first (the store lists them oldest first)."""
         records = []
-        for run in self.store.runs():
+        for run in reversed(self.store.runs()):
             try:
                 records.append(self._record(run))
             except (OSError, ValueError):  # a run directory half created or damaged: skip it
                 continue
-        return sorted(records, key=lambda record: record["started"] or 0, reverse=True)
+        return records
 
     def run(self, run_id: str) -> dict[str, Any]:
         """The run's record with its ``config`` and ``summary`` (None until it has finished)."""

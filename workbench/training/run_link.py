@@ -13,13 +13,11 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING
 
 from workbench.events import EventLog
-from workbench.store.run_store import RunStore
-
-if TYPE_CHECKING:  # the store does not import training code; it only reads the job's fields
-    from workbench.training.job import TrainingJob
+from workbench.store import RunStore
+from workbench.training.job import Progress, TrainingJob
+from workbench.training.runner import PreparedRun, RunResult, execute_run
 
 STORE_POLL_S = 0.25  # how soon a Stop asked through the store is seen
 
@@ -31,10 +29,10 @@ def new_run_id(strategy: str) -> str:
 
 class RunLink:
     """Records ``job``'s run (events of ``log``) as ``run_id`` in ``store``; :meth:`start`
-    watches the store while it trains, :meth:`finish` ends the record."""
+    watches the store while it trains, :meth:`train` trains it and ends the record."""
 
     def __init__(self, store: RunStore, run_id: str, job: TrainingJob, log: EventLog) -> None:
-        self.job = job
+        self.job, self.log = job, log
         self.recorder = store.create(run_id, job.config.to_dict(), steps=job.total_steps)
         log.subscribe(self.recorder.record)
         self._told_cluster = False
@@ -68,3 +66,17 @@ class RunLink:
             self._watcher.join()
         self._tell_cluster()  # a run shorter than one poll too
         self.recorder.finish(state, summary=summary, error=error)
+
+    def train(self, prepared: PreparedRun, progress: Progress) -> RunResult:
+        """Train the prepared run and end its record as the run ends: finished, stopped (asked
+        to, or interrupted with Ctrl-C) or failed; an error is re-raised after it is recorded."""
+        try:
+            result = execute_run(prepared, self.log, progress)
+        except KeyboardInterrupt:
+            self.finish("stopped", error="interrupted (Ctrl-C)")
+            raise
+        except BaseException as error:
+            self.finish("failed", error=f"{type(error).__name__}: {error}")
+            raise
+        self.finish("stopped" if self.job.stop.is_set() else "finished", summary=result.summary)
+        return result
