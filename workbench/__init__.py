@@ -1,10 +1,9 @@
 """dtrain workbench: distributed deep-learning training, every classic strategy, measured.
 
-The public API in one place. Subsystems, in pipeline order: :mod:`workbench.ir` (graph,
-autodiff, interpreter) -> :mod:`workbench.passes` (prune, fold, CSE) -> :mod:`workbench.parallel`
-(strategies) -> :mod:`workbench.runtime` (devices) -> :mod:`workbench.events`. Around them:
-:mod:`workbench.models`, :mod:`workbench.optim`, :mod:`workbench.data`,
-:mod:`workbench.checkpoint`, :mod:`workbench.training` and the ``dtrain`` command line.
+The public API in one place. The packages form layers that import only downwards; see
+``docs/architecture.md`` for the layers, the life of a run and where each concept lives. The
+``tf.distribute``-style classes (``workbench.MirroredStrategy``, ...) exist for every registered
+strategy, including ones registered after import.
 
 Examples
 --------
@@ -16,21 +15,12 @@ Examples
 """
 
 from workbench.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
-from workbench.config import ConfigError, RunConfig, validate_config
+from workbench.config import ConfigError, RunConfig
 from workbench.data import Dataset, DatasetError, GlobalBatchSampler, load_dataset
-from workbench.distribute import (
-    CentralStorageStrategy,
-    HybridStrategy,
-    MirroredStrategy,
-    ModelParallelStrategy,
-    MultiWorkerMirroredStrategy,
-    OneDeviceStrategy,
-    ParameterServerStrategy,
-    PipelineStrategy,
-    Strategy,
-)
+from workbench.distribute import Strategy, strategy_classes
 from workbench.events import EventLog
 from workbench.ir import Graph, GraphBuilder, gradients, ops
+from workbench.launch.runner import RunResult, run_training
 from workbench.models import (
     Activation,
     AvgPool2D,
@@ -46,7 +36,7 @@ from workbench.models import (
     device,
 )
 from workbench.optim import LearningRateSchedule, make_optimizer
-from workbench.training.runner import RunResult, run_training
+from workbench.strategies import validate_config
 
 __version__ = "0.1.0"
 
@@ -61,7 +51,6 @@ def load_ipython_extension(shell) -> None:
 __all__ = [
     "Activation",
     "AvgPool2D",
-    "CentralStorageStrategy",
     "Checkpoint",
     "CheckpointError",
     "ConfigError",
@@ -76,16 +65,9 @@ __all__ = [
     "GlobalBatchSampler",
     "Graph",
     "GraphBuilder",
-    "HybridStrategy",
     "LayerNorm",
     "LearningRateSchedule",
     "MaxPool2D",
-    "MirroredStrategy",
-    "ModelParallelStrategy",
-    "MultiWorkerMirroredStrategy",
-    "OneDeviceStrategy",
-    "ParameterServerStrategy",
-    "PipelineStrategy",
     "RunConfig",
     "RunResult",
     "Sequential",
@@ -100,7 +82,19 @@ __all__ = [
     "run_training",
     "save_checkpoint",
     "validate_config",
+    *strategy_classes(),  # MirroredStrategy, ParameterServerStrategy, ...
 ]
+
+
+def __getattr__(name: str):
+    classes = strategy_classes()
+    if name in classes:
+        return classes[name]
+    raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *strategy_classes()})
 
 
 def _jupyter_labextension_paths() -> list[dict]:

@@ -1,14 +1,22 @@
-"""The run configuration shared by ``dtrain run``, ``%dtrain`` and the Python API, and its one
-validation function.
+"""The run configuration shared by ``dtrain run``, ``%dtrain`` and the Python API.
 
-Everything a user can get wrong is checked here, before any data is loaded or any cluster
-starts; each :class:`ConfigError` names the flag and the allowed values.
+A :class:`RunConfig` holds the options every run has (model, data, optimizer, devices, ...)
+as fields, and the options of its strategy (``allreduce``, ``ps``, ``stages``, ...) in
+``options``, readable as attributes all the same (``config.allreduce``). Each option is
+declared once, as an :class:`Option` row: the run options in :data:`RUN_OPTIONS` below, a
+strategy's in its own module (see ``workbench.strategies``). The flag parser, the notebook's
+form, the Python API and the checks are derived from those rows.
+
+This module checks the run options; ``workbench.strategies.validate_config`` checks a whole
+configuration (the strategy's options and device rule too), before any data is loaded or any
+cluster starts. Each :class:`ConfigError` names the flag and the allowed values.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,11 +26,6 @@ from workbench.models import MODEL_NAMES
 from workbench.optim import DECAY_RULES, OPTIMIZER_NAMES, SCALING_RULES
 
 DTYPE_NAMES = ("float32", "float64")
-COMPRESSION_NAMES = ("none", "float16")
-ALLREDUCE_NAMES = ("ring", "hierarchical-copy", "reduce-to-one")
-MODE_NAMES = ("sync", "async")
-REPLICATION_NAMES = ("in-graph", "between-graph")
-SCHEDULE_NAMES = ("gpipe", "1f1b")
 DEVICE_TYPE_NAMES = ("auto", "cpu", "gpu")
 DEFAULT_EPOCHS = 10
 
@@ -35,9 +38,81 @@ class ConfigError(ValueError):
         self.field = field
 
 
+def flag_of(name: str) -> str:
+    """The command-line flag of an option name (``bucket_mb`` -> ``--bucket-mb``)."""
+    return "--" + name.replace("_", "-")
+
+
 @dataclass(frozen=True)
+class Option:
+    """One option of a run: its name (a :class:`RunConfig` attribute and a Python keyword),
+    type, default, allowed values or minimum, and help. ``flag`` is derived from the name.
+
+    Examples
+    --------
+    >>> Option("bucket_mb", float, 25.0, "fusion bucket size in MiB", minimum=0.001).flag
+    '--bucket-mb'
+    >>> try:
+    ...     Option("mode", str, "sync", "update mode", choices=("sync", "async")).check("x")
+    ... except ConfigError as error:
+    ...     print(error)
+    --mode: unknown mode 'x'; choose one of: sync, async
+    """
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    optional: bool = False  # None is a value (e.g. unbounded staleness)
+    parse: Callable[[str], Any] | None = None  # text -> value, where ``type`` is not enough
+    noun: str | None = None  # what a value is called in messages (default: the name)
+    label: str | None = None  # the notebook form's label (default: the name)
+
+    @property
+    def flag(self) -> str:
+        return flag_of(self.name)
+
+    @property
+    def form_label(self) -> str:
+        return self.label or self.name.replace("_", " ")
+
+    def check(self, value: Any) -> None:
+        """Raise :class:`ConfigError` naming the flag if ``value`` is not allowed."""
+        if value is None and self.optional:
+            return
+        if self.choices is not None:
+            if value not in self.choices:
+                noun = self.noun or self.name.replace("_", " ")
+                raise ConfigError(
+                    self.flag,
+                    f"unknown {noun} {value!r}; choose one of: {', '.join(self.choices)}",
+                )
+            return
+        if self.minimum is not None:
+            numeric = int if self.type is int else int | float
+            if isinstance(value, bool) or not isinstance(value, numeric) or value < self.minimum:
+                noun = "an integer" if self.type is int else "a number"
+                raise ConfigError(self.flag, f"must be {noun} >= {self.minimum}, got {value!r}")
+
+    def describe(self) -> str:
+        """The help line: what it is, then its values."""
+        values = f" ({' | '.join(self.choices)})" if self.choices else ""
+        return f"{self.help}{values}"
+
+
+@dataclass(frozen=True, init=False)
 class RunConfig:
-    """Every option of a training run; field names follow the command-line flags."""
+    """Every option of a training run: the run options as fields (named like the flags), the
+    strategy's options in ``options`` (also readable as attributes).
+
+    Examples
+    --------
+    >>> config = RunConfig(strategy="mirrored", devices=2, allreduce="ring")
+    >>> config.devices, config.allreduce, config.options
+    (2, 'ring', {'allreduce': 'ring'})
+    """
 
     strategy: str = "one-device"
     devices: int = 1
@@ -51,14 +126,6 @@ class RunConfig:
     optimizer: str = "momentum"
     seed: int = 0
     dtype: str = "float32"
-    allreduce: str = "ring"
-    ps: int = 1
-    mode: str = "sync"
-    staleness: int | None = None  # async parameter servers: None = unbounded
-    replication: str = "between-graph"
-    stages: int = 2
-    microbatches: int = 4
-    schedule: str = "gpipe"
     device_type: str = "auto"
     cluster: str | None = None
     save: str | None = None
@@ -67,52 +134,135 @@ class RunConfig:
     lr_scaling: str = "none"
     lr_decay: str = "cosine"
     stall_timeout: float = 60.0
-    bucket_mb: float = 25.0
-    compression: str = "none"
-    hosts: int = 2
     json: bool = False
+    # The strategy's options by name; after validation, every option the strategy declares.
+    options: Mapping[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    def replace(self, **changes: Any) -> RunConfig:
-        return dataclasses.replace(self, **changes)
+    def __init__(self, **values: Any) -> None:
+        options = dict(values.pop("options", None) or {})
+        for run_field in dataclasses.fields(self):
+            if run_field.name == "options":
+                continue
+            if run_field.name in values:
+                value = values.pop(run_field.name)
+            elif run_field.default_factory is not dataclasses.MISSING:
+                value = run_field.default_factory()
+            else:
+                value = run_field.default
+            object.__setattr__(self, run_field.name, value)
+        options.update(values)  # the rest are strategy options, checked by validate_config
+        object.__setattr__(self, "options", options)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (as stored in checkpoints and run records)."""
-        data = dataclasses.asdict(self)
-        data.pop("extra")
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when ``name`` is not a field: a strategy option, or a mistake.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        options = self.__dict__.get("options", {})
+        if name in options:
+            return options[name]
+        raise AttributeError(
+            f"{name!r} is not an option of this {self.__dict__.get('strategy')} run "
+            f"(its strategy options: {', '.join(options) or 'none'})"
+        )
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """A copy with ``changes`` (run options, strategy options, or a whole ``options``)."""
+        options = dict(changes.pop("options", self.options))
+        values: dict[str, Any] = {name: getattr(self, name) for name in _FIELD_NAMES}
+        for name, value in changes.items():
+            if name in values:
+                values[name] = value
+            else:
+                options[name] = value
+        return RunConfig(**values, options=options, extra=self.extra)
+
+    def to_dict(self, flat: bool = True) -> dict[str, Any]:
+        """JSON-ready form (as stored in checkpoints and run records): the run options and,
+        with ``flat``, the strategy's options beside them."""
+        data = {name: getattr(self, name) for name in _FIELD_NAMES}
         data["hidden"] = list(self.hidden)
+        if flat:
+            data.update(self.options)
         return data
 
-
-def _choice(flag: str, value: Any, allowed: tuple[str, ...], what: str) -> None:
-    if value not in allowed:
-        raise ConfigError(flag, f"unknown {what} {value!r}; choose one of: {', '.join(allowed)}")
-
-
-def _at_least(flag: str, value: Any, minimum: int | float, kind: type = int) -> None:
-    if isinstance(value, bool) or not isinstance(value, kind) or value < minimum:
-        noun = "an integer" if kind is int else "a number"
-        raise ConfigError(flag, f"must be {noun} >= {minimum}, got {value!r}")
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
+        """The inverse of :meth:`to_dict`."""
+        return cls(**{**data, "hidden": tuple(data["hidden"])})
 
 
-def validate_config(config: RunConfig) -> RunConfig:
-    """Check every field; return the config unchanged or raise :class:`ConfigError`.
+_FIELD_NAMES = tuple(
+    f.name for f in dataclasses.fields(RunConfig) if f.name not in ("options", "extra")
+)
 
-    Examples
-    --------
-    >>> validate_config(RunConfig(strategy="one-device")).strategy
-    'one-device'
-    >>> try:
-    ...     validate_config(RunConfig(optimizer="rmsprop"))
-    ... except ConfigError as error:
-    ...     print(error.field)
-    --optimizer
-    """
-    from workbench.parallel.registry import STRATEGY_NAMES, device_count_rule
 
-    _choice("--strategy", config.strategy, STRATEGY_NAMES, "strategy")
-    _at_least("--devices", config.devices, 1)
-    _choice("--model", config.model, MODEL_NAMES, "model")
+def _default(name: str) -> Any:
+    return RunConfig.__dataclass_fields__[name].default
+
+
+def parse_hidden(text: str) -> tuple[int, ...]:
+    """``"512,512"`` -> ``(512, 512)``."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(
+            f"expected comma-separated positive integers like 512,512, got {text!r}"
+        ) from None
+
+
+def _run_option(name: str, kind: type, help: str, **rules: Any) -> Option:
+    return Option(name, kind, _default(name), help, **rules)
+
+
+# The run options, in the order ``--help`` lists them (``--strategy`` is added by the
+# strategies layer, which knows the names). Defaults are RunConfig's.
+RUN_OPTIONS: tuple[Option, ...] = (
+    _run_option("devices", int, "number of devices (one per Dask worker)", minimum=1),
+    _run_option("model", str, "model preset", choices=MODEL_NAMES),
+    _run_option("hidden", tuple, "MLP hidden widths, e.g. 512,512", parse=parse_hidden),
+    _run_option("dataset", str, f"data set ({' | '.join(DATASET_FORMS)})"),
+    _run_option(
+        "epochs",
+        int,
+        f"passes over the training set (default {DEFAULT_EPOCHS})",
+        minimum=1,
+        optional=True,
+    ),
+    _run_option("steps", int, "global steps (instead of --epochs)", minimum=1, optional=True),
+    _run_option("batch_size", int, "global batch size", minimum=1),
+    _run_option("lr", float, "learning rate (default: the optimizer's)"),
+    _run_option("optimizer", str, "optimizer", choices=OPTIMIZER_NAMES),
+    _run_option("seed", int, "seed for initialisation, data order, dropout", minimum=0),
+    _run_option("dtype", str, "floating-point type", choices=DTYPE_NAMES),
+    _run_option("device_type", str, "device type", choices=DEVICE_TYPE_NAMES),
+    _run_option("cluster", str, "address of an existing Dask scheduler"),
+    _run_option("save", str, "directory to write a checkpoint to"),
+    _run_option("resume", str, "checkpoint directory to continue from"),
+    _run_option("warmup_steps", int, "linear learning-rate warm-up steps", minimum=0),
+    _run_option(
+        "lr_scaling",
+        str,
+        "learning-rate scaling (linear: x batch/256)",
+        choices=SCALING_RULES,
+        noun="scaling rule",
+    ),
+    _run_option(
+        "lr_decay", str, "learning-rate decay after warm-up", choices=DECAY_RULES, noun="decay rule"
+    ),
+    _run_option(
+        "stall_timeout",
+        float,
+        "seconds a device may wait on a peer before the step fails",
+        minimum=0.1,
+    ),
+)
+
+
+def check_run_options(config: RunConfig) -> None:
+    """Check the run options (not the strategy's); raise :class:`ConfigError`."""
+    for option in RUN_OPTIONS:
+        option.check(getattr(config, option.name))
     if not config.hidden or any(
         isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in config.hidden
     ):
@@ -127,50 +277,13 @@ def validate_config(config: RunConfig) -> RunConfig:
         raise ConfigError("--dataset", f"{kind} directory {argument} does not exist")
     if config.epochs is not None and config.steps is not None:
         raise ConfigError("--epochs", "give either --epochs or --steps, not both")
-    if config.epochs is not None:
-        _at_least("--epochs", config.epochs, 1)
-    if config.steps is not None:
-        _at_least("--steps", config.steps, 1)
-    _at_least("--batch-size", config.batch_size, 1)
     if config.lr is not None and (
         isinstance(config.lr, bool) or not isinstance(config.lr, int | float) or not config.lr > 0
     ):
         raise ConfigError("--lr", f"must be a number > 0, got {config.lr!r}")
-    _choice("--optimizer", config.optimizer, OPTIMIZER_NAMES, "optimizer")
-    _at_least("--seed", config.seed, 0)
-    _choice("--dtype", config.dtype, DTYPE_NAMES, "dtype")
-    _choice("--allreduce", config.allreduce, ALLREDUCE_NAMES, "all-reduce algorithm")
-    _at_least("--ps", config.ps, 1)
-    _choice("--mode", config.mode, MODE_NAMES, "mode")
-    if config.staleness is not None:
-        _at_least("--staleness", config.staleness, 0)
-        if config.mode != "async":
-            raise ConfigError("--staleness", "bounds async updates; add --mode async")
-
-    _choice("--replication", config.replication, REPLICATION_NAMES, "replication")
-    _at_least("--stages", config.stages, 1)
-    _at_least("--microbatches", config.microbatches, 1)
-    _choice("--schedule", config.schedule, SCHEDULE_NAMES, "schedule")
-    _choice("--device-type", config.device_type, DEVICE_TYPE_NAMES, "device type")
-    _at_least("--warmup-steps", config.warmup_steps, 0)
-    _choice("--lr-scaling", config.lr_scaling, SCALING_RULES, "scaling rule")
-    _choice("--lr-decay", config.lr_decay, DECAY_RULES, "decay rule")
-    _at_least("--hosts", config.hosts, 1)
-    _at_least("--bucket-mb", config.bucket_mb, 0.001, kind=int | float)
-    _choice("--compression", config.compression, COMPRESSION_NAMES, "compression")
-    if config.compression != "none" and config.strategy not in (
-        "mirrored",
-        "multi-worker-mirrored",
-    ):
-        raise ConfigError("--compression", "applies to mirrored and multi-worker-mirrored")
-    _at_least("--stall-timeout", config.stall_timeout, 0.1, kind=int | float)
-    # After the single-field checks: the strategy's rules divide by stages and micro-batches.
-    device_count_rule(config.strategy)(config)
-    _check_checkpoint_paths(config)
-    return config
 
 
-def _check_checkpoint_paths(config: RunConfig) -> None:
+def check_checkpoint_paths(config: RunConfig) -> None:
     if config.save is not None:
         target = Path(config.save).expanduser()
         if target.exists() and not target.is_dir():

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from workbench.config import RunConfig
-from workbench.notebook.background_run import BackgroundRun
+from workbench.launch.background_run import BackgroundRun
 from workbench.store import RunStore
 
 

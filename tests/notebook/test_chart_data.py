@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from workbench.events import EventLog
-from workbench.notebook.chart_data import ChartFeed
+from workbench.charts.chart_data import ChartFeed
 
 
 def _two_devices() -> EventLog:
@@ -81,7 +81,7 @@ def test_gpu_devices_show_nvml_utilization_and_memory_next_to_their_busy_share()
 
 
 def test_charts_show_the_nvml_marker_only_when_a_device_has_nvml_figures():
-    from workbench.notebook.charts import LiveCharts
+    from workbench.charts.live_charts import LiveCharts
 
     log = _two_devices()
     charts = LiveCharts(log, batch_size=64)
@@ -95,7 +95,7 @@ def test_charts_show_the_nvml_marker_only_when_a_device_has_nvml_figures():
 
 
 def test_only_the_figures_asked_for_are_built_and_every_source_is_fed():
-    from workbench.notebook.charts import LiveCharts
+    from workbench.charts.live_charts import LiveCharts
 
     charts = LiveCharts(_two_devices(), batch_size=64, figure_names=("timeline",))
     charts.refresh()

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from workbench.events import EventLog
-from workbench.notebook.charts import SHORT_DEVICE_NAME_JS, LiveCharts
+from workbench.charts.live_charts import SHORT_DEVICE_NAME_JS, LiveCharts
 from workbench.runtime.devices import device_tag
 
 NAMES = [

@@ -25,7 +25,7 @@ def test_three_devices_get_three_lanes():
     from workbench.data import load_dataset
     from workbench.models import build_model
     from workbench.optim import make_optimizer
-    from workbench.parallel.model_parallel_graph import build_model_parallel_graph
+    from workbench.parallel.model_parallel.graph import build_model_parallel_graph
 
     dataset = load_dataset("digits", seed=0)
     model = build_model("mlp", dataset.input_shape, dataset.num_classes, (16, 16, 16))

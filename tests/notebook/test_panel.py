@@ -10,7 +10,7 @@ import time
 import pytest
 from IPython.core.error import UsageError
 
-from workbench.notebook.charts import MAX_REFRESH_HZ
+from workbench.charts.live_charts import MAX_REFRESH_HZ
 from workbench.notebook.panel import TrainingForm, form_start
 from workbench.store import RunStore
 

@@ -3,7 +3,7 @@
 import pytest
 
 from workbench.config import RunConfig
-from workbench.training.runner import run_training
+from workbench.launch.runner import run_training
 
 
 @pytest.mark.parametrize("bound", [None, 1])

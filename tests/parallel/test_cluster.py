@@ -5,7 +5,7 @@ from distributed import LocalCluster
 
 from workbench.config import RunConfig
 from workbench.runtime.cluster import ClusterError
-from workbench.training.runner import run_training
+from workbench.launch.runner import run_training
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from workbench.config import RunConfig
-from workbench.training.runner import run_training
+from workbench.launch.runner import run_training
 
 BASE = {"steps": 20, "hidden": (32, 16), "lr_decay": "none"}
 ORACLES: dict = {}

@@ -11,7 +11,7 @@ import pytest
 from workbench.config import RunConfig
 from workbench.events import EventLog
 from workbench.parallel.dispatch import DeviceFailure
-from workbench.training.runner import run_training
+from workbench.launch.runner import run_training
 
 
 def _dask_worker_processes():

@@ -3,7 +3,7 @@
 import pytest
 
 from workbench.config import RunConfig
-from workbench.training.runner import run_training
+from workbench.launch.runner import run_training
 
 
 def test_mirrored_float16_compression_halves_the_traffic(no_leftover_processes):

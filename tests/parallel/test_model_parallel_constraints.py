@@ -5,7 +5,7 @@ import pytest
 import workbench
 from workbench.config import ConfigError, RunConfig
 from workbench.models import Dense, Flatten, Sequential
-from workbench.training.runner import run_training
+from workbench.launch.runner import run_training
 
 
 def constrained_model(head_device):

@@ -8,7 +8,7 @@ import io
 import json
 
 from workbench.config import RunConfig
-from workbench.notebook.background_run import BackgroundRun
+from workbench.launch.background_run import BackgroundRun
 from workbench.server import RunsManager
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from workbench.config import RunConfig
 from workbench.events.records import PhaseEvent, ScalarEvent
-from workbench.notebook.background_run import BackgroundRun
+from workbench.launch.background_run import BackgroundRun
 from workbench.store import RunStore
 from workbench.store import run_store as run_store_module
 

@@ -83,7 +83,7 @@ def measure_on_worker(
 def _timed_transfers(transport: Any, nbytes: int, repeats: int, warmup: int) -> dict[str, Any]:
     from workbench.bench.timing import steady_allocator
     from workbench.parallel.collectives import ring_allreduce
-    from workbench.parallel.collectives.transport import recv_into
+    from workbench.runtime.transport import recv_into
 
     steady_allocator()  # malloc thresholds as in the gloo peer's processes
     rank = transport.rank

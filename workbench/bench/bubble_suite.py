@@ -38,7 +38,7 @@ class BubbleSettings:
 
 def _run(settings: BubbleSettings, schedule: str, microbatches: int) -> dict[str, Any]:
     from workbench.config import RunConfig
-    from workbench.training.runner import run_training
+    from workbench.launch.runner import run_training
 
     config = RunConfig(
         strategy="pipeline",

@@ -37,8 +37,8 @@ class ChartsSettings:
 def _one_run(config, charts: bool, store_root: str) -> dict[str, Any]:
     from jupyter_bokeh.widgets import BokehModel
 
-    from workbench.notebook.background_run import BackgroundRun
-    from workbench.notebook.charts import LiveCharts, LiveUpdater
+    from workbench.charts.live_charts import LiveCharts, LiveUpdater
+    from workbench.launch.background_run import BackgroundRun
     from workbench.store import RunStore
 
     run = BackgroundRun(config, store=RunStore(store_root), begin=False)

@@ -84,7 +84,7 @@ def train(config: dict[str, Any]) -> dict[str, Any]:
     """One ``run_training`` with ``RunConfig(**config)``: its throughput, step-time breakdown
     (:func:`phase_breakdown`), loss, traffic and wall time."""
     from workbench.config import RunConfig
-    from workbench.training.runner import run_training
+    from workbench.launch.runner import run_training
 
     config = {**config, "hidden": tuple(config["hidden"])}
     result = run_training(RunConfig(**config), progress=lambda line: None)

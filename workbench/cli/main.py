@@ -1,10 +1,25 @@
-"""``dtrain``: the headless command line (``dtrain run``, ``dtrain bench``)."""
+"""``dtrain``: the headless command line (``dtrain run``, ``dtrain plan``, ``dtrain bench``)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from collections.abc import Sequence
+
+from workbench.bench.command import bench_command
+from workbench.data import load_dataset
+from workbench.events import EventLog
+from workbench.launch.errors import USER_ERRORS
+from workbench.launch.flags import parse_run_flags
+from workbench.launch.run_link import RunLink, new_run_id
+from workbench.launch.runner import PreparedRun, RunResult, prepare_run, stderr_progress
+from workbench.models import build_model
+from workbench.optim import make_optimizer
+from workbench.parallel.dispatch import DeviceFailure
+from workbench.parallel.model_parallel.graph import build_model_parallel_graph
+from workbench.runtime import device_name
+from workbench.runtime.cluster import ClusterError
+from workbench.store import RunStore
 
 USAGE = """usage: dtrain <command> [flags]
 
@@ -15,27 +30,12 @@ commands:
 """
 
 
-def _user_errors() -> tuple[type[Exception], ...]:
-    from workbench.checkpoint import CheckpointError
-    from workbench.config import ConfigError
-    from workbench.data import DatasetError
-    from workbench.models import ModelError
-    from workbench.runtime import DeviceError
-
-    return (ConfigError, DatasetError, CheckpointError, DeviceError, ModelError)
-
-
 def run_command(argv: Sequence[str]) -> int:
-    from workbench.cli.flags import parse_run_flags
-    from workbench.parallel.dispatch import DeviceFailure
-    from workbench.runtime.cluster import ClusterError
-    from workbench.training.runner import prepare_run
-
     try:
         config = parse_run_flags(argv)
         prepared = prepare_run(config)  # every input error before anything starts or is stored
         result = _train_recorded(prepared)
-    except (*_user_errors(), ClusterError) as error:
+    except (*USER_ERRORS, ClusterError) as error:
         print(f"dtrain run: error: {error}", file=sys.stderr)
         return 2
     except DeviceFailure as error:
@@ -47,14 +47,9 @@ def run_command(argv: Sequence[str]) -> int:
     return 0
 
 
-def _train_recorded(prepared):
+def _train_recorded(prepared: PreparedRun) -> RunResult:
     """Train a prepared run, recorded in the run store as it goes (so the JupyterLab sidebar
     lists it, shows its charts and can stop it)."""
-    from workbench.events import EventLog
-    from workbench.store import RunStore
-    from workbench.training.run_link import RunLink, new_run_id
-    from workbench.training.runner import stderr_progress
-
     store = RunStore()
     run_id = new_run_id(prepared.config.strategy)
     link = RunLink(store, run_id, prepared.job, EventLog()).start()
@@ -64,13 +59,6 @@ def _train_recorded(prepared):
 
 def plan_command(argv: Sequence[str]) -> int:
     """Print the placement, the partitions and the Send/Recv pairs, without starting anything."""
-    from workbench.cli.flags import parse_run_flags
-    from workbench.data import load_dataset
-    from workbench.models import build_model
-    from workbench.optim import make_optimizer
-    from workbench.parallel.model_parallel_graph import build_model_parallel_graph
-    from workbench.runtime import device_name
-
     try:
         config = parse_run_flags(argv, prog="dtrain plan")
         dataset = load_dataset(config.dataset, seed=config.seed)
@@ -79,7 +67,7 @@ def plan_command(argv: Sequence[str]) -> int:
         plan = build_model_parallel_graph(
             model, make_optimizer(config.optimizer), config.batch_size, config.dtype, devices
         )
-    except _user_errors() as error:
+    except USER_ERRORS as error:
         print(f"dtrain plan: error: {error}", file=sys.stderr)
         return 2
     print(model.summary())
@@ -98,8 +86,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "plan":
         return plan_command(rest)
     if command == "bench":
-        from workbench.bench.command import bench_command
-
         return bench_command(rest)
     print(
         f"dtrain: error: unknown command {command!r}; choose one of: run, plan, bench",

@@ -1,5 +1,5 @@
 """The workbench's pages on the Dask scheduler's dashboard (``/individual-workbench-loss``,
-``-utilization``, ``-timeline``), drawn from the run's events only (DESIGN 3.4).
+``-utilization``, ``-timeline``), drawn from the run's events only (docs/architecture.md, "Events").
 
 What flows where::
 
@@ -45,8 +45,21 @@ def scheduler_options() -> dict:
     return options
 
 
+class DashboardObserver:
+    """Puts a cluster run on the scheduler's dashboard pages: a cluster the workbench starts
+    gets the pages' preload, and the run's events are published while it trains (a
+    :class:`~workbench.training.job.ClusterObserver`, attached by ``workbench.launch``)."""
+
+    def scheduler_options(self) -> dict:
+        return scheduler_options()
+
+    def watch(self, session, strategy: str, job, log, progress):
+        return publish_run(session, strategy, job, log, progress)
+
+
 __all__ = [
     "PRELOAD",
+    "DashboardObserver",
     "EventPublisher",
     "RunBoard",
     "publish_run",

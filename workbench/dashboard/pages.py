@@ -3,7 +3,7 @@
 A page follows the newest run on the board, or the one its address names
 (``/individual-workbench-loss?run=<run id>``, for two runs side by side). It copies that run's
 events into an :class:`~workbench.events.EventLog` of its own and draws it with the notebook's
-:class:`~workbench.notebook.charts.LiveCharts` (the same charts, the same code), building only
+:class:`~workbench.charts.live_charts.LiveCharts` (the same charts, the same code), building only
 the figures of its page. When a newer run appears, a page that follows the newest starts over
 with that run.
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 from bokeh.document import Document
 from bokeh.layouts import column
 
+from workbench.charts.live_charts import MAX_REFRESH_HZ, LiveCharts
 from workbench.dashboard.run_board import PHASES_KEPT, SCALARS_KEPT, RunBoard
 from workbench.events import EventLog
-from workbench.notebook.charts import MAX_REFRESH_HZ, LiveCharts
 
 # 5 refreshes a second: live enough, and never above the charts' own cap.
 REFRESH_MILLISECONDS = max(200, 1000 // MAX_REFRESH_HZ)

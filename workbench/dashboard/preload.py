@@ -32,9 +32,7 @@ def _page(path: str, scheduler, extra: dict, document) -> None:
 
     # A scheduler in a process that imported this module but was not itself started with the
     # preload has no board: its pages say there is no run.
-    show_page(
-        PAGE_FIGURES[path], board_of(scheduler) or RunBoard(), document, _run_asked(document)
-    )
+    show_page(PAGE_FIGURES[path], board_of(scheduler) or RunBoard(), document, _run_asked(document))
     document.theme = BOKEH_THEME
 
 

@@ -104,7 +104,7 @@ def publishing(
 
 
 def publish_run(session, strategy: str, job, log: EventLog, progress: Callable[[str], None]):
-    """:func:`publishing` for a training run on a cluster session (``device_run``'s hook)."""
+    """:func:`publishing` for a training run on a cluster session."""
     description = {
         "strategy": strategy,
         "devices": list(session.device_names),

@@ -35,9 +35,9 @@ class Dataset:
 
     Notes
     -----
-    The arrays are made read-only: every strategy reads the same data (DESIGN.md 3.2), so an
-    accidental in-place edit by one consumer must fail loudly instead of silently changing the
-    data another strategy sees. Copy before modifying.
+    The arrays are made read-only: every strategy reads the same data (docs/architecture.md,
+    "Same data, same result"), so an accidental in-place edit by one consumer must fail loudly
+    instead of silently changing the data another strategy sees. Copy before modifying.
 
     Examples
     --------

@@ -1,7 +1,8 @@
 """Global batches that are identical for every strategy, and how replicas slice them.
 
-Every strategy draws the same global batch for a step (DESIGN.md 3.2); data-parallel replicas
-and pipeline micro-batches then take consecutive row slices of it. Because the slices tile the
+Every strategy draws the same global batch for a step (docs/architecture.md, "Same data, same
+result"); data-parallel replicas and pipeline micro-batches then take consecutive row slices of
+it. Because the slices tile the
 batch exactly, averaging per-slice mean gradients equals the global-batch mean gradient.
 """
 

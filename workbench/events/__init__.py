@@ -1,4 +1,5 @@
-"""Events (DESIGN 3.4): per-device phase intervals with bytes, and per-step scalars.
+"""Events: per-device phase intervals with bytes, and per-step scalars (docs/architecture.md,
+"Events").
 
 Devices emit; the UI, the run store, trace exports and benchmarks read — nothing reads a
 strategy's private state. Times are seconds on the run's ``perf_counter`` clock.

@@ -1,5 +1,5 @@
-"""Event records (DESIGN 3.4): what every device reports, and all that the UI, the run store,
-trace exports and benchmarks read."""
+"""Event records: what every device reports, and all that the UI, the run store, trace exports
+and benchmarks read (docs/architecture.md, "Events")."""
 
 from __future__ import annotations
 

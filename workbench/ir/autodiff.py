@@ -14,6 +14,7 @@ import numpy as np
 
 from workbench.ir.builder import GraphBuilder, Tensor
 from workbench.ir.graph import Graph, Value
+from workbench.ir.ops.shapes import broadcast_to
 from workbench.ir.rules import NOT_DIFFERENTIABLE, VJP_RULES
 
 
@@ -89,7 +90,6 @@ def gradients(builder: GraphBuilder, loss: Tensor, wrt: Sequence[Tensor]) -> lis
             gradient = cotangents.get(tensor.value)
             if gradient is None:
                 zero = builder.constant(np.zeros((), dtype=tensor.dtype))
-                from workbench.ir.ops.shapes import broadcast_to
 
                 gradient = broadcast_to(zero, tensor.shape)
             results.append(gradient)

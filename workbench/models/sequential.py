@@ -8,6 +8,7 @@ import numpy as np
 
 from workbench.ir import Tensor
 from workbench.models.layers import ApplyContext, Dropout, Layer, ModelError
+from workbench.models.strategy_scope import current_strategy, fit_model
 
 
 class Sequential:
@@ -28,8 +29,6 @@ class Sequential:
         self.layers = list(layers)
         self.input_shape = tuple(int(s) for s in input_shape)
         self.name = name
-        from workbench.distribute import current_strategy  # here: distribute imports config
-
         self.strategy = current_strategy()  # built inside ``strategy.scope()``: fit uses it
         counts: dict[str, int] = {}
         for layer in self.layers:
@@ -97,9 +96,7 @@ class Sequential:
         ``tf.keras`` does under ``tf.distribute``; ``options`` are ``dtrain run``'s flags as
         keywords (``dataset``, ``epochs``, ``batch_size``, ``lr``, ...). Returns the run's
         result, or with ``background=True`` its live handle."""
-        from workbench.distribute import OneDeviceStrategy
-
-        return (self.strategy or OneDeviceStrategy()).fit(self, background=background, **options)
+        return fit_model(self.strategy, self, background, **options)
 
     def summary(self) -> str:
         lines = [f"{self.name}: input {self.input_shape}"]

@@ -1,25 +1,21 @@
-"""The notebook side: ``%dtrain`` magics, background runs, live charts and panels.
+"""The notebook side: ``%dtrain`` magics, the live panel of a run, the form that starts runs,
+the comparison view and the drawings of partitioned graphs and pipelines.
 
-Names are imported on first use, so that code needing only the charts (the dashboard pages on a
-scheduler) does not pull in IPython and ipywidgets.
+Importing it registers the live panel as the view of a background run
+(:func:`workbench.launch.background_run.register_run_viewer`).
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from workbench.launch.background_run import BackgroundRun, RunTable
+from workbench.notebook.magics import WorkbenchMagics, load_ipython_extension
+from workbench.notebook.panel import RunPanel, TrainingForm
 
-_WHERE = {
-    "BackgroundRun": "workbench.notebook.background_run",
-    "RunTable": "workbench.notebook.background_run",
-    "WorkbenchMagics": "workbench.notebook.magics",
-    "load_ipython_extension": "workbench.notebook.magics",
-}
-
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'workbench.notebook' has no attribute {name!r}")
-    return getattr(import_module(_WHERE[name]), name)
+__all__ = [
+    "BackgroundRun",
+    "RunPanel",
+    "RunTable",
+    "TrainingForm",
+    "WorkbenchMagics",
+    "load_ipython_extension",
+]

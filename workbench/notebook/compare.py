@@ -14,8 +14,8 @@ import threading
 from typing import Any
 
 from workbench.config import RunConfig
-from workbench.notebook.background_run import BackgroundRun
-from workbench.training.runner import prepare_run
+from workbench.launch.background_run import BackgroundRun
+from workbench.launch.runner import prepare_run
 
 TABLE_COLUMNS = (
     ("strategy", "strategy"),

@@ -10,8 +10,8 @@ from bokeh.models import ColumnDataSource
 from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
+from workbench.charts.live_charts import HEIGHT, WIDTH, LiveUpdater
 from workbench.events.records import ScalarEvent
-from workbench.notebook.charts import HEIGHT, WIDTH, LiveUpdater
 
 
 class ComparisonView:

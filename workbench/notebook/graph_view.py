@@ -13,7 +13,14 @@ from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
 from workbench.config import RunConfig
+from workbench.data import load_dataset
+from workbench.models import build_model
+from workbench.optim import make_optimizer
+from workbench.parallel.model_parallel.graph import build_model_parallel_graph
+from workbench.parallel.pipeline.stages import split_layers
 from workbench.passes import Partitioned
+from workbench.runtime import device_name
+from workbench.strategies import validate_config
 
 MARKERS = {"send": "triangle", "recv": "inverted_triangle"}
 
@@ -73,9 +80,6 @@ def partition_figure(partitioned: Partitioned, width: int = 920) -> figure:
 
 def plan_view(config: RunConfig, model=None) -> figure:
     """The model-parallel plan of ``config`` (its model preset, or ``model``), drawn."""
-    from workbench.optim import make_optimizer
-    from workbench.parallel.model_parallel_graph import build_model_parallel_graph
-    from workbench.runtime import device_name
 
     config, model = _checked_model(config, model)
     devices = [device_name("cpu", task=rank) for rank in range(config.devices)]
@@ -121,8 +125,6 @@ def pipeline_figure(model, stages: list[range], devices: list[str], width: int =
 
 def pipeline_view(config: RunConfig, model=None) -> figure:
     """The stages a pipeline run of ``config`` would use (its model preset, or ``model``)."""
-    from workbench.parallel.pipeline.stages import split_layers
-    from workbench.runtime import device_name
 
     config, model = _checked_model(config, model)
     devices = [device_name("cpu", task=rank) for rank in range(config.stages)]
@@ -161,9 +163,6 @@ def _send_recv_edges(chart: figure, edges: dict[str, list]):
 
 def _checked_model(config: RunConfig, model):
     """``config`` checked, and ``model`` or its preset built for the data set's shapes."""
-    from workbench.config import validate_config
-    from workbench.data import load_dataset
-    from workbench.models import build_model
 
     config = validate_config(config)
     dataset = load_dataset(config.dataset, seed=config.seed)

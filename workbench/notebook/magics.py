@@ -15,7 +15,13 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from workbench.distribute import start
-from workbench.notebook.background_run import BackgroundRun, RunTable
+from workbench.launch.background_run import BackgroundRun, RunTable
+from workbench.launch.errors import USER_ERRORS
+from workbench.launch.flags import build_parser, parse_run_flags
+from workbench.models import Sequential
+from workbench.notebook.compare import Comparison
+from workbench.notebook.display import ensure_bokehjs, show
+from workbench.notebook.panel import TrainingForm, form_start
 
 SUBCOMMANDS = ("list", "stop", "status", "panel", "compare")
 NOTEBOOK_FLAGS = """
@@ -34,12 +40,6 @@ subcommands:
 
 %%dtrain [flags]: the cell builds the model with the Python API and binds it to ``model``.
 """
-
-
-def _user_errors() -> tuple[type[Exception], ...]:
-    from workbench.cli.main import _user_errors as command_line_errors
-
-    return command_line_errors()
 
 
 def split_notebook_flags(words: list[str]) -> tuple[list[str], str | None, bool]:
@@ -97,13 +97,11 @@ class WorkbenchMagics(Magics):
 
     def start(self, flags: list[str], name: str | None, cell: str | None) -> BackgroundRun:
         """Parse, validate, build the cell's model, then start the run in the background."""
-        from workbench.cli.flags import parse_run_flags
-
         model = self._cell_model(cell) if cell is not None else None
         try:
             config = parse_run_flags(flags, prog="%dtrain")
             run = start(config, model, panel=True)  # the cell displays it
-        except _user_errors() as error:
+        except USER_ERRORS as error:
             raise UsageError(f"%dtrain: {error}") from None
         self.runs.add(run)
         if name is not None:
@@ -111,9 +109,6 @@ class WorkbenchMagics(Magics):
         return run
 
     def _compare(self, arguments: list[str]) -> Any:
-        from workbench.cli.flags import parse_run_flags
-        from workbench.notebook.compare import Comparison
-
         if not arguments or arguments[0].startswith("-"):
             raise UsageError(
                 "%dtrain compare: --strategy: name the strategies first, comma-separated, "
@@ -129,15 +124,13 @@ class WorkbenchMagics(Magics):
                 for strategy in strategies
             ]
             comparison = Comparison(configs)
-        except _user_errors() as error:
+        except USER_ERRORS as error:
             raise UsageError(f"%dtrain compare: {error}") from None
         if variable is not None:
             self.shell.user_ns[variable] = comparison
         return comparison.wait() if wait else comparison
 
     def _cell_model(self, cell: str):
-        from workbench.models import Sequential
-
         if not cell.strip():
             raise UsageError("%%dtrain: the cell is empty; build a model and bind it to `model`")
         namespace = self.shell.user_ns
@@ -160,9 +153,6 @@ class WorkbenchMagics(Magics):
         if name == "compare":
             return self._compare(arguments)
         if name == "panel":
-            from workbench.notebook.display import show
-            from workbench.notebook.panel import TrainingForm, form_start
-
             if arguments:
                 raise UsageError(f"%dtrain panel: takes no arguments, got {' '.join(arguments)}")
             show(TrainingForm(form_start(self)).widget)  # the runs it starts show charts
@@ -192,16 +182,12 @@ class WorkbenchMagics(Magics):
 
 
 def _usage() -> str:
-    from workbench.cli.flags import build_parser
-
     return build_parser("%dtrain").format_help() + NOTEBOOK_FLAGS
 
 
 def load_ipython_extension(shell: Any) -> None:
     magics = WorkbenchMagics(shell)
     if getattr(shell, "kernel", None) is not None:  # a notebook: charts need BokehJS there
-        from workbench.notebook.display import ensure_bokehjs
-
         ensure_bokehjs()
     # What %dtrain? shows: built on load, since the parser's help needs the registries.
     magics.dtrain.__func__.__doc__ = _usage()

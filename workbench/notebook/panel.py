@@ -15,8 +15,11 @@ from typing import Any
 import ipywidgets as widgets
 from IPython.core.error import UsageError
 
-from workbench.notebook.background_run import BackgroundRun
-from workbench.notebook.charts import LiveCharts, LiveUpdater
+from workbench.charts.live_charts import LiveCharts, LiveUpdater
+from workbench.config import Option
+from workbench.launch.background_run import BackgroundRun, register_run_viewer
+from workbench.notebook.display import show
+from workbench.strategies import STRATEGIES
 
 
 def _eta(run: BackgroundRun) -> str:
@@ -54,6 +57,9 @@ class RunPanel:
             ]
         )
         self.updater = LiveUpdater(self.refresh, lambda: run.done)
+
+    def _ipython_display_(self) -> None:
+        show(self.widget)
 
     def stop(self) -> None:
         self.run.stop()
@@ -93,20 +99,15 @@ class RunPanel:
 
 # The form -------------------------------------------------------------------------------
 
-STRATEGY_OPTIONS = {
-    # strategy -> the option widgets that apply to it (by flag)
-    "one-device": (),
-    "mirrored": ("--allreduce", "--bucket-mb", "--compression"),
-    "central-storage": (),
-    "multi-worker-mirrored": ("--hosts", "--bucket-mb", "--compression"),
-    "parameter-server": ("--ps", "--mode", "--staleness", "--replication"),
-    "model-parallel": (),
-    "pipeline": ("--stages", "--microbatches", "--schedule"),
-    "hybrid": ("--stages", "--microbatches", "--schedule"),
-}
-
-
-COMMON_FLAGS = ("--strategy", "--devices", "--dataset", "--epochs", "--batch-size", "--lr")
+# The run options the form shows for every strategy; each strategy's own options come from
+# its definition (``workbench.strategies``), so a new strategy gets its widgets by itself.
+COMMON_FIELDS = (
+    ("--devices", "devices", "1", ""),
+    ("--dataset", "data set", "digits", ""),
+    ("--epochs", "epochs", "10", ""),
+    ("--batch-size", "batch size", "32", ""),
+    ("--lr", "learning rate", "", "optimizer's"),
+)
 _LABEL_STYLE = {"description_width": "110px"}
 
 
@@ -119,39 +120,32 @@ def _choice(options, label: str) -> widgets.Dropdown:
     return widgets.Dropdown(options=options, description=label, style=_LABEL_STYLE)
 
 
+def option_widget(option: Option) -> widgets.Widget:
+    """The widget of a strategy option: its values in a menu, or its default as text."""
+    if option.choices is not None:
+        widget = _choice(option.choices, option.form_label)
+        widget.value = option.default
+    else:
+        shown = "" if option.default is None else str(option.default)
+        widget = _text(shown, option.form_label, "unbounded" if option.optional else "")
+    widget.description_tooltip = option.describe()
+    return widget
+
+
 class TrainingForm:
     """Start runs from widgets. ``start(flags)`` is the magic's own start function."""
 
     def __init__(self, start) -> None:
-        from workbench.config import (
-            ALLREDUCE_NAMES,
-            MODE_NAMES,
-            REPLICATION_NAMES,
-            SCHEDULE_NAMES,
-        )
-        from workbench.parallel.registry import STRATEGY_NAMES
-
         self._start = start
         self.run: BackgroundRun | None = None
         self.fields: dict[str, widgets.Widget] = {
-            "--strategy": _choice(STRATEGY_NAMES, "strategy"),
-            "--devices": _text("1", "devices"),
-            "--dataset": _text("digits", "data set"),
-            "--epochs": _text("10", "epochs"),
-            "--batch-size": _text("32", "batch size"),
-            "--lr": _text("", "learning rate", "optimizer's"),
-            "--allreduce": _choice(ALLREDUCE_NAMES, "all-reduce"),
-            "--bucket-mb": _text("25", "bucket MiB"),
-            "--compression": _choice(("none", "float16"), "compression"),
-            "--hosts": _text("2", "hosts"),
-            "--ps": _text("1", "PS shards"),
-            "--mode": _choice(MODE_NAMES, "mode"),
-            "--staleness": _text("", "staleness", "unbounded"),
-            "--replication": _choice(REPLICATION_NAMES, "replication"),
-            "--stages": _text("2", "stages"),
-            "--microbatches": _text("4", "micro-batches"),
-            "--schedule": _choice(SCHEDULE_NAMES, "schedule"),
+            "--strategy": _choice(STRATEGIES.names(), "strategy")
         }
+        for flag, label, value, placeholder in COMMON_FIELDS:
+            self.fields[flag] = _text(value, label, placeholder)
+        self.common = tuple(self.fields)
+        for option in STRATEGIES.options().values():
+            self.fields[option.flag] = option_widget(option)
         self.start_button = widgets.Button(description="Start", button_style="success", icon="play")
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop")
         self.error = widgets.HTML()
@@ -162,7 +156,7 @@ class TrainingForm:
         self.fields["--strategy"].observe(lambda _: self._show_options(), names="value")
         self.widget = widgets.VBox(
             [
-                widgets.HBox([widgets.VBox([self.fields[f] for f in COMMON_FLAGS]), self.options]),
+                widgets.HBox([widgets.VBox([self.fields[f] for f in self.common]), self.options]),
                 widgets.HBox([self.start_button, self.stop_button]),
                 self.error,
                 self.output,
@@ -170,16 +164,20 @@ class TrainingForm:
         )
         self._show_options()
 
+    def _chosen(self) -> tuple[str, ...]:
+        """The flags of the chosen strategy's options."""
+        definition = STRATEGIES[self.fields["--strategy"].value]
+        return tuple(option.flag for option in definition.options)
+
     def _show_options(self) -> None:
-        chosen = STRATEGY_OPTIONS.get(self.fields["--strategy"].value, ())
-        self.options.children = [self.fields[flag] for flag in chosen]
+        self.options.children = [self.fields[flag] for flag in self._chosen()]
 
     def flags(self) -> list[str]:
         """The ``%dtrain`` words the widgets stand for (empty text fields are left out)."""
-        chosen = STRATEGY_OPTIONS.get(self.fields["--strategy"].value, ())
+        chosen = self._chosen()
         words: list[str] = []
         for flag, field in self.fields.items():
-            if flag not in COMMON_FLAGS and flag not in chosen:
+            if flag not in self.common and flag not in chosen:
                 continue
             value = str(field.value).strip()
             if value:
@@ -202,3 +200,6 @@ class TrainingForm:
 def form_start(magics: Any):
     """The start function a form shares with the magic of ``magics``."""
     return lambda flags: magics.start(flags, None, None)
+
+
+register_run_viewer(RunPanel)  # a background run's panel is this one

@@ -1,7 +1,15 @@
-"""Parallel strategies, one module each, named in one explicit registry (``registry.py``).
+"""The device side of every distributed strategy, and the client's dispatch of it.
 
-What flows in: a :class:`~workbench.training.job.TrainingJob` (model, optimizer, data sampler,
-schedule, steps). What flows out: the trained variables and, through the event log, what every
-device did and when. Every synchronous strategy must end with the parameters ``one-device``
-ends with (DESIGN 3.2).
+- ``device_run`` / ``dispatch`` / ``step_loop``: the life of a cluster run (setup tasks, K-step
+  tasks pinned to their workers, gathering the variables, a dead or silent device named with
+  its step); a strategy describes its part as a :class:`~workbench.parallel.device_run.DevicePlan`.
+- ``worker_spec``: what each device is given once.
+- ``collectives/``: ring, hierarchical-copy and reduce-to-one all-reduce, fusion buckets,
+  float16 compression, over the transports of ``workbench.runtime``.
+- ``data_parallel/``, ``parameter_server/``, ``pipeline/``, ``model_parallel/``: what a device
+  of each strategy family holds and does each step.
+
+What flows in: a :class:`~workbench.training.job.TrainingJob` and a plan from the strategy's
+definition (``workbench.strategies``). What flows out: the trained variables and, through the
+event log, what every device did and when.
 """

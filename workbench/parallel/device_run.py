@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.dashboard import publish_run
 from workbench.events import EventLog
 from workbench.parallel.dispatch import submit_each, wait_all
 from workbench.parallel.step_loop import drive_steps
@@ -39,6 +38,26 @@ class DevicePlan:
     step_ranks: Sequence[int]
     snapshot_ranks: Sequence[int]
 
+    @classmethod
+    def uniform(
+        cls,
+        session: ClusterSession,
+        setup: Callable,
+        specs: Sequence[Any],
+        step_function: Callable,
+        snapshot_ranks: Sequence[int],
+    ) -> DevicePlan:
+        """The common plan: one setup per device (spec i for rank i), every device running
+        the same step task with ``(run id, first step, count)``."""
+        ranks = range(len(specs))
+        return cls(
+            setups=[SetupGroup(setup, specs, ranks)],
+            step_function=step_function,
+            step_arguments=lambda step, count: [(session.run_id, step, count)] * len(ranks),
+            step_ranks=ranks,
+            snapshot_ranks=snapshot_ranks,
+        )
+
 
 def snapshot_device(run_id: str) -> dict:
     """Task: the device's variables and optimizer slots (and any events it kept)."""
@@ -61,10 +80,17 @@ def run_on_devices(
 ) -> TrainingSession:
     config = job.config
     deadline = config.stall_timeout + 120
+    scheduler_options: dict = {}
+    for observer in job.observers:
+        scheduler_options.update(observer.scheduler_options())
     with (
-        start_cluster(devices, job.device_type, config.cluster, jobs=jobs) as session,
-        publish_run(session, strategy, job, log, progress),  # events -> the dashboard's pages
+        start_cluster(
+            devices, job.device_type, config.cluster, jobs=jobs, scheduler_options=scheduler_options
+        ) as session,
+        contextlib.ExitStack() as watching,  # left before the cluster closes
     ):
+        for observer in job.observers:  # e.g. events -> the dashboard's pages
+            watching.enter_context(observer.watch(session, strategy, job, log, progress))
         job.dashboard_link = session.dashboard_link
         job.scheduler_address = getattr(session.client.scheduler, "address", None)
         if session.dashboard_link:

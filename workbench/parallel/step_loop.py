@@ -17,7 +17,9 @@ from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.gpu_metrics import gpu_metrics
 from workbench.training.job import Progress, TrainingJob, epoch_progress
 
-STEPS_PER_TASK = 20  # steps per dispatched task: amortises Dask's per-task cost (DESIGN 2.1)
+# Steps per dispatched task: amortises Dask's per-task cost (docs/architecture.md, "What Dask
+# costs").
+STEPS_PER_TASK = 20
 
 
 def drive_steps(

@@ -28,9 +28,11 @@ class PlacementError(ValueError):
 
 @dataclass(frozen=True)
 class CostModel:
-    """Seconds for ops and transfers. The defaults are this project's measurements on the
-    2-core development machine (DESIGN 2.1): ~90 GFLOP/s per core, ~2.2 GB/s and ~2 ms per
-    message between Dask workers."""
+    """Seconds for ops and transfers, from static constants: ~90 GFLOP/s (single-thread sgemm
+    on the 2-core development machine) and ~2.2 GB/s between Dask workers (64 MB transfers),
+    plus a fixed 2 ms per message, which was Dask's comms before the shared-memory channels
+    and is now only a pessimistic bound (docs/architecture.md, "What Dask costs"). The placer
+    needs their ratios, not their exact values; calibrated figures would replace them."""
 
     flops_per_second: float = 90e9
     bytes_per_second: float = 2.2e9

@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from workbench.dashboard import scheduler_options
 from workbench.runtime.devices import DeviceError, device_name
 from workbench.runtime.shared_memory import unlink_run_segments
 from workbench.runtime.worker_service import DeviceService
@@ -47,7 +46,7 @@ class ClusterSession:
             raise ClusterError(f"closing the cluster failed: {errors[0]}")
 
 
-def _local_cluster(devices: int, device_type: str):
+def _local_cluster(devices: int, device_type: str, scheduler_options: dict):
     import os
 
     import dask
@@ -63,7 +62,7 @@ def _local_cluster(devices: int, device_type: str):
             threads_per_worker=1,
             host="127.0.0.1",
             dashboard_address="127.0.0.1:0",
-            scheduler_kwargs=scheduler_options(),  # the workbench's dashboard pages
+            scheduler_kwargs=scheduler_options,  # e.g. the dashboard pages' preload
         )
     # The worker environment, set before each worker process is spawned (glibc reads its
     # malloc variables at process start, BLAS its thread counts at import). One BLAS/OpenMP
@@ -101,7 +100,7 @@ def _local_cluster(devices: int, device_type: str):
                 host="127.0.0.1",
                 dashboard_address="127.0.0.1:0",
                 memory_limit=0,
-                scheduler_kwargs=scheduler_options(),  # the workbench's dashboard pages
+                scheduler_kwargs=scheduler_options,  # e.g. the dashboard pages' preload
             )
     finally:
         for name, value in previous.items():
@@ -123,11 +122,13 @@ def start_cluster(
     address: str | None = None,
     connect_timeout: float = 10.0,
     jobs: tuple[tuple[str, int], ...] | None = None,
+    scheduler_options: dict | None = None,
 ) -> Iterator[ClusterSession]:
     """Yield a :class:`ClusterSession` with ``devices`` workers; close what was started.
 
     ``jobs`` names the devices by TF job, e.g. ``(("worker", 2), ("ps", 1))`` gives
     ``/job:worker/task:0``, ``/job:worker/task:1``, ``/job:ps/task:0`` (default: all workers).
+    ``scheduler_options`` go to the scheduler of a cluster started here.
     """
     jobs = jobs or (("worker", devices),)
     from distributed import Client
@@ -136,7 +137,7 @@ def start_cluster(
     client = session = None
     try:
         if address is None:
-            cluster = _local_cluster(devices, device_type)
+            cluster = _local_cluster(devices, device_type, scheduler_options or {})
             owned.append(cluster)
             client = Client(cluster, set_as_default=False)
         else:

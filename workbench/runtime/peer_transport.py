@@ -22,8 +22,8 @@ from distributed.comm.addressing import get_address_host
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 
-from workbench.parallel.collectives.transport import StallError, apply_received
 from workbench.runtime.shared_memory_channel import SharedMessage, probe_path
+from workbench.runtime.transport import StallError, apply_received
 from workbench.runtime.worker_service import PROBE_HANDLER, SEND_HANDLER, device_service
 
 

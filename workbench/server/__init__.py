@@ -1,8 +1,8 @@
 """The Jupyter Server extension behind the workbench's JupyterLab sidebar.
 
-Runs are not this process's: kernels train them and write them to the run store (DESIGN 3.4
-events, status, summary). This extension reads the store and serves it under
-``<base_url>/workbench/``:
+Runs are not this process's: kernels train them and write them to the run store (config,
+events, status, summary; docs/architecture.md, "Events"). This extension reads the store and
+serves it under ``<base_url>/workbench/``:
 
 - ``api/runs``, ``api/runs/<id>``, ``api/clusters``: the run list (newest first), one run with
   its config and summary, the clusters live runs train on (JSON);

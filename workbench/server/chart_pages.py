@@ -2,7 +2,7 @@
 
 In: a run id, a chart page name (:data:`~workbench.server.run_charts.PAGES`) and the server's
 base URL. Out: an HTML document holding the page's figures, built by the
-notebook's :class:`~workbench.notebook.charts.LiveCharts` with empty sources, that loads BokehJS
+notebook's :class:`~workbench.charts.live_charts.LiveCharts` with empty sources, that loads BokehJS
 from this extension (never from a CDN: a JupyterLab may have no internet) and fetches the
 columns from the chart-data endpoint — at once, then every second while the run is running.
 One path for the data, the JSON endpoint, whatever the page shows.
@@ -16,8 +16,8 @@ from bokeh.layouts import column
 from bokeh.resources import Resources
 from jupyter_server.utils import url_path_join
 
+from workbench.charts.live_charts import LiveCharts
 from workbench.events import EventLog
-from workbench.notebook.charts import LiveCharts
 from workbench.server.run_charts import page_figures
 
 POLL_MILLISECONDS = 1000

@@ -3,7 +3,7 @@
 In: the bytes appended to ``<run>/events.jsonl`` since the last read
 (:meth:`~workbench.store.StoredRun.read_events`). Out: the columns of the chart sources a page
 draws, as JSON-ready lists (NaN and infinities become ``None``), and the device order of its
-per-device figures. The charts are the notebook's :class:`~workbench.notebook.charts.LiveCharts`
+per-device figures. The charts are the notebook's :class:`~workbench.charts.live_charts.LiveCharts`
 (the same code as the notebook and the dashboard), so every view of a run shows the same numbers.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from bokeh.models import FactorRange
 
+from workbench.charts.live_charts import LiveCharts
 from workbench.events import EventLog
-from workbench.notebook.charts import LiveCharts
 from workbench.store import StoredRun
 
 # Each chart page and the LiveCharts figures it shows, in order.

@@ -3,8 +3,8 @@
 One directory per run under the store's root::
 
     <root>/<run id>/config.json    the run's flags (RunConfig.to_dict())
-    <root>/<run id>/events.jsonl   every event (DESIGN 3.4), one JSON object per line, appended
-                                   while the run goes
+    <root>/<run id>/events.jsonl   every event (docs/architecture.md, "Events"), one JSON
+                                   object per line, appended while the run goes
     <root>/<run id>/status.json    {"state": running | finished | stopped | failed, "error",
                                    "started", "ended", "step", "steps", "loss",
                                    "samples_per_second", "pid", "hostname", and what the run

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -16,6 +17,19 @@ from workbench.models import Sequential
 from workbench.optim import LearningRateSchedule, Optimizer
 
 Progress = Callable[[str], None]
+
+
+class ClusterObserver(Protocol):
+    """Something that watches a run's cluster without the engine knowing it: the front ends
+    attach one (the dashboard's event publisher) to a job's ``observers``. ``scheduler_options``
+    go to a cluster the workbench starts; ``watch`` is entered once the cluster is up and left
+    before it closes."""
+
+    def scheduler_options(self) -> dict: ...
+
+    def watch(
+        self, session: Any, strategy: str, job: TrainingJob, log: Any, progress: Progress
+    ) -> AbstractContextManager: ...
 
 
 @dataclass
@@ -40,6 +54,7 @@ class TrainingJob:
     scheduler_address: str | None = None
     # (test loss, test accuracy) once evaluated: see evaluate_on_test.
     test_result: tuple[float, float] | None = None
+    observers: list[ClusterObserver] = field(default_factory=list)
 
     def clock(self) -> float:
         """Seconds since the run started: the time axis of every event."""

@@ -34,21 +34,17 @@ def sum_to_shape(gradient: Tensor, shape: tuple[int, ...]) -> Tensor:
     """Sum a broadcast gradient back down to ``shape`` (the vjp of implicit broadcasting)."""
     if gradient.shape == shape:
         return gradient
-    from workbench.ir.ops.reductions import reduce_sum
-    from workbench.ir.ops.shapes import reshape
-
+    # Ops emitted by name: the modules of reduce_sum and reshape use this helper themselves.
     extra = gradient.ndim - len(shape)
     axes = list(range(extra))
     axes += [
         extra + i for i, size in enumerate(shape) if size == 1 and gradient.shape[extra + i] != 1
     ]
-    reduced = reduce_sum(gradient, axes=tuple(axes)) if axes else gradient
-    return reduced if reduced.shape == shape else reshape(reduced, shape)
+    reduced = emit("sum", gradient, axes=tuple(axes), keepdims=False) if axes else gradient
+    return reduced if reduced.shape == shape else emit("reshape", reduced, shape=tuple(shape))
 
 
 def zeros_like_type(reference: Tensor, type_: TensorType) -> Tensor:
     """A zero tensor of ``type_`` built as a broadcast scalar, so folding it stays cheap."""
-    from workbench.ir.ops.shapes import broadcast_to
-
     zero = reference.builder.constant(np.zeros((), dtype=type_.dtype))
-    return broadcast_to(zero, type_.shape)
+    return emit("broadcast_to", zero, shape=tuple(int(s) for s in type_.shape))

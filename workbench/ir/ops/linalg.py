@@ -5,6 +5,7 @@ from __future__ import annotations
 from workbench.ir.builder import Tensor
 from workbench.ir.graph import TensorType
 from workbench.ir.ops._common import emit
+from workbench.ir.ops.shapes import reshape, transpose
 from workbench.ir.rules import ShapeError, define_op, require_float, same_dtype
 
 
@@ -26,14 +27,12 @@ def _matmul_shape(types):
 
 
 def _swap_last(x: Tensor) -> Tensor:
-    from workbench.ir.ops.shapes import transpose
 
     perm = (*range(x.ndim - 2), x.ndim - 1, x.ndim - 2)
     return transpose(x, perm)
 
 
 def _matmul_vjp(inputs, outputs, cts):
-    from workbench.ir.ops.shapes import reshape
 
     a, b = inputs
     g = cts[0]

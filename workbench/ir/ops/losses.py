@@ -5,6 +5,7 @@ from __future__ import annotations
 from workbench.ir.builder import Tensor
 from workbench.ir.graph import TensorType
 from workbench.ir.ops._common import emit
+from workbench.ir.ops.reductions import reduce_sum
 from workbench.ir.rules import NOT_DIFFERENTIABLE, ShapeError, define_op, require_float
 
 
@@ -26,7 +27,6 @@ def _softmax_shape(types, *, axis):
 
 
 def _softmax_vjp(inputs, outputs, cts, *, axis):
-    from workbench.ir.ops.reductions import reduce_sum
 
     y, g = outputs[0], cts[0]
     return [y * (g - reduce_sum(g * y, axis, keepdims=True))]

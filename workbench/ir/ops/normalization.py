@@ -9,6 +9,8 @@ from __future__ import annotations
 from workbench.ir.builder import Tensor
 from workbench.ir.graph import TensorType
 from workbench.ir.ops._common import emit, sum_to_shape
+from workbench.ir.ops.elementwise import sqrt
+from workbench.ir.ops.reductions import reduce_mean
 from workbench.ir.rules import ShapeError, define_op, require_float, same_dtype
 
 
@@ -35,8 +37,6 @@ def _layer_norm_shape(types, *, epsilon):
 
 
 def _layer_norm_vjp(inputs, outputs, cts, *, epsilon):
-    from workbench.ir.ops.elementwise import sqrt
-    from workbench.ir.ops.reductions import reduce_mean
 
     x, gamma, _ = inputs
     g = cts[0]

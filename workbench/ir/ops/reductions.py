@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from workbench.ir.builder import Tensor
 from workbench.ir.graph import TensorType
 from workbench.ir.ops._common import emit
+from workbench.ir.ops.elementwise import cast, equal
+from workbench.ir.ops.shapes import broadcast_to, reshape
 from workbench.ir.rules import NOT_DIFFERENTIABLE, ShapeError, define_op, normalize_axes
 
 
@@ -28,8 +30,6 @@ def _reduction_shape(op: str):
 
 def _spread(gradient: Tensor, x: Tensor, axes, keepdims: bool) -> Tensor:
     """Broadcast a reduced gradient back over the reduced axes of ``x``."""
-    from workbench.ir.ops.shapes import broadcast_to, reshape
-
     kept = _reduced_type("reduce", x.type, axes, keepdims=True).shape
     if not keepdims and gradient.shape != kept:
         gradient = reshape(gradient, kept)
@@ -84,8 +84,6 @@ define_op(
 
 
 def _max_vjp(inputs, outputs, cts, *, axes, keepdims):
-    from workbench.ir.ops.elementwise import cast, equal
-
     x = inputs[0]
     winners = cast(equal(x, _spread(outputs[0], x, axes, keepdims)), x.dtype)
     # Ties share the gradient equally, so the vjp stays the average of one-sided derivatives.

@@ -18,7 +18,9 @@ from workbench.parallel.collectives.hierarchical import (
 )
 from workbench.parallel.collectives.reduce_to_one import broadcast, reduce, reduce_to_one
 from workbench.parallel.collectives.ring import chunk_bounds, ring_allreduce, ring_bytes_per_rank
-from workbench.parallel.collectives.transport import StallError, ThreadTransport, Transport
+from workbench.runtime.transport import StallError, ThreadTransport, Transport
+
+ALLREDUCE_ALGORITHMS = ("ring", "hierarchical-copy", "reduce-to-one")
 
 
 def allreduce(
@@ -45,6 +47,7 @@ def allreduce(
 
 
 __all__ = [
+    "ALLREDUCE_ALGORITHMS",
     "DEFAULT_BUCKET_BYTES",
     "Bucket",
     "StallError",

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.parallel.collectives.transport import Transport, recv_into
+from workbench.runtime.transport import Transport, recv_into
 
 COMPRESSION_NAMES = ("none", "float16")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from workbench.parallel.collectives.reduce_to_one import broadcast, reduce
 from workbench.parallel.collectives.ring import ring_allreduce
-from workbench.parallel.collectives.transport import Transport, recv_into
+from workbench.runtime.transport import Transport, recv_into
 
 
 class SubgroupTransport:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.parallel.collectives.transport import Transport
+from workbench.runtime.transport import Transport
 
 
 def reduce(transport: Transport, array: Any, key: str, root: int = 0) -> Any | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.parallel.collectives.transport import Transport, recv_into
+from workbench.runtime.transport import Transport, recv_into
 
 SLICE_BYTES = 2 << 20
 
@@ -33,7 +33,7 @@ def ring_allreduce(transport: Transport, array: Any, key: str, inplace: bool = F
     Examples
     --------
     >>> import numpy as np, threading
-    >>> from workbench.parallel.collectives.transport import ThreadTransport
+    >>> from workbench.runtime.transport import ThreadTransport
     >>> ranks = ThreadTransport.group(3)
     >>> out = [None] * 3
     >>> def work(r):

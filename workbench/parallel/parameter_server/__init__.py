@@ -2,8 +2,8 @@
 
 ``protocol`` is the sans-IO shard state machine (sync / async / bounded staleness, duplicate
 pushes ignored); ``partitioner`` balances variables over shards; ``shard_service`` runs a shard
-on a Dask worker; ``worker_loop`` is a worker's pull-compute-push step; the strategy in
-``workbench.parallel.parameter_server_strategy`` drives them from the client.
+on a Dask worker; ``worker_loop`` is a worker's pull-compute-push step; the strategy's
+definition in ``workbench.strategies.parameter_server`` drives them from the client.
 """
 
 from workbench.parallel.parameter_server.partitioner import partition_variables
@@ -16,7 +16,13 @@ from workbench.parallel.parameter_server.protocol import (
     ShardProtocol,
 )
 
+PARAMETER_SERVER_MODES = ("sync", "async")
+# between-graph: each worker reads its own shard of the data; in-graph: the client feeds them.
+REPLICATION_NAMES = ("in-graph", "between-graph")
+
 __all__ = [
+    "PARAMETER_SERVER_MODES",
+    "REPLICATION_NAMES",
     "ApplyUpdate",
     "IgnoreDuplicate",
     "Pull",

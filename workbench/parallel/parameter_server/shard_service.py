@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 from distributed.protocol import to_serialize
 
+from workbench.config import RunConfig
 from workbench.ir import Executable
+from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.parallel.collectives import Bucket, plan_buckets
-from workbench.parallel.gradient_worker import config_from_dict
 from workbench.parallel.parameter_server.protocol import (
     ApplyUpdate,
     Pull,
@@ -55,10 +56,8 @@ def shard_bucket(shapes: dict, names, itemsize: int) -> Bucket:
 
 class ParameterShard:
     def __init__(self, spec: ShardSpec) -> None:
-        from workbench.optim import LearningRateSchedule, make_optimizer
-
         self.spec = spec
-        config = config_from_dict(spec.config)
+        config = RunConfig.from_dict(spec.config)
         model = spec.model
         optimizer = make_optimizer(config.optimizer)
         self.update = Executable(build_update_graph(model, optimizer, config.dtype, spec.names))

@@ -16,8 +16,9 @@ from distributed.protocol import to_serialize
 from distributed.utils import sync
 
 from workbench.parallel.collectives import StallError
-from workbench.parallel.gradient_worker import GradientWorker, WorkerSpec
+from workbench.parallel.data_parallel.gradient_worker import GradientWorker
 from workbench.parallel.parameter_server.shard_service import shard_bucket
+from workbench.parallel.worker_spec import WorkerSpec
 from workbench.runtime.worker_service import CALL_HANDLER, device_service
 
 

@@ -15,15 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from workbench.data import microbatch_rows, shard_rows
+from workbench.data import GlobalBatchSampler, load_dataset, microbatch_rows, shard_rows
 from workbench.ir import Executable
+from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.parallel.collectives import (
     DEFAULT_BUCKET_BYTES,
     SubgroupTransport,
     allreduce,
     plan_buckets,
 )
-from workbench.parallel.gradient_worker import WorkerSpec, config_from_dict, initial_state
 from workbench.parallel.pipeline.schedules import make_schedule
 from workbench.parallel.pipeline.stages import (
     ACTIVATION,
@@ -33,6 +33,7 @@ from workbench.parallel.pipeline.stages import (
     build_stage_graphs,
     split_layers,
 )
+from workbench.parallel.worker_spec import WorkerSpec, initial_state
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
 from workbench.training.graphs import (
@@ -53,11 +54,8 @@ class StageSpec:
 
 class StageWorker:
     def __init__(self, spec: StageSpec) -> None:
-        from workbench.data import GlobalBatchSampler, load_dataset
-        from workbench.optim import LearningRateSchedule, make_optimizer
-
         self.spec, worker = spec, spec.worker
-        config = self.config = config_from_dict(worker.config)
+        config = self.config = worker.run_config
         # Ranks are replica-major: rank = replica * stages + stage (a 2-D device mesh).
         self.rank, self.stages = worker.rank, config.stages
         self.stage, self.replica = self.rank % self.stages, self.rank // self.stages

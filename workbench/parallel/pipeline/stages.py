@@ -29,7 +29,12 @@ STAGE_INPUT, OUTPUT_GRADIENT, ACTIVATION, INPUT_GRADIENT = (
 
 
 class StageError(ValueError):
-    pass
+    """More parts asked for than the model has layers; ``parts`` and ``layers`` say how many,
+    so each caller can name its own flag (``--stages``, ``--devices``)."""
+
+    def __init__(self, parts: int, layers: int) -> None:
+        super().__init__(f"{parts} parts need at least as many layers; the model has {layers}")
+        self.parts, self.layers = parts, layers
 
 
 def split_layers(model: Sequential, stages: int) -> list[range]:
@@ -43,9 +48,7 @@ def split_layers(model: Sequential, stages: int) -> list[range]:
     """
     count = len(model.layers)
     if stages > count:
-        raise StageError(
-            f"--stages: {stages} stages need at least as many layers; the model has {count}"
-        )
+        raise StageError(stages, count)
     weights = []
     shapes = model.parameter_shapes()
     for layer in model.layers:

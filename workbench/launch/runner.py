@@ -15,13 +15,14 @@ from typing import Any
 import numpy as np
 
 from workbench.checkpoint import load_checkpoint, save_checkpoint
-from workbench.config import ConfigError, RunConfig, total_steps, validate_config
+from workbench.config import ConfigError, RunConfig, total_steps
+from workbench.dashboard import DashboardObserver
 from workbench.data import DatasetError, GlobalBatchSampler, load_dataset
-from workbench.events import EventLog, bubble_fraction, summarize
+from workbench.events import EventLog, summarize
 from workbench.models import Sequential, build_model
 from workbench.optim import LearningRateSchedule, make_optimizer
-from workbench.parallel.registry import strategy_class
 from workbench.runtime import array_module, resolve_device_type
+from workbench.strategies import STRATEGIES, StrategyDefinition, validate_config
 from workbench.training.job import Progress, TrainingJob, evaluate_on_test
 
 # A checkpoint continues the same run only if these match: they decide the model, the data
@@ -75,7 +76,7 @@ class PreparedRun:
 
     config: RunConfig
     job: TrainingJob
-    strategy: Any
+    strategy: StrategyDefinition
     wall_start: float
 
 
@@ -131,9 +132,8 @@ def prepare_run(config: RunConfig, model: Sequential | None = None) -> PreparedR
     if first_step > steps:
         raise ConfigError("--steps", f"the checkpoint is already at step {first_step} > {steps}")
     schedule = LearningRateSchedule.from_config(config, optimizer, steps)
-    strategy = strategy_class(config.strategy)(config)
-    if hasattr(strategy, "check_model"):
-        strategy.check_model(model)
+    strategy = STRATEGIES[config.strategy]
+    strategy.check_model(config, model)
 
     job = TrainingJob(
         config=config,
@@ -148,6 +148,7 @@ def prepare_run(config: RunConfig, model: Sequential | None = None) -> PreparedR
         xp=array_module(device_type),
         initial_parameters=checkpoint.params if checkpoint else None,
         initial_optimizer_state=checkpoint.optimizer_state if checkpoint else None,
+        observers=[DashboardObserver()],  # a cluster run's events reach its dashboard pages
     )
     return PreparedRun(config, job, strategy, wall_start)
 
@@ -161,7 +162,7 @@ def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> Run
         f"[{config.strategy}] {model.name} on {dataset.name}: {steps - first_step} steps "
         f"of batch {config.batch_size}, {config.dtype}, {device_type}"
     )
-    trained = strategy.train(job, log, progress)
+    trained = strategy.train(config, job, log, progress)
     test_loss, test_accuracy = evaluate_on_test(job, trained, log)
     parameters, optimizer_state = trained.parameters(), trained.optimizer_state()
     losses = log.scalars("loss")
@@ -182,7 +183,7 @@ def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> Run
             },
             config=config.to_dict(),
         )
-    devices = strategy.device_names(device_type)
+    devices = strategy.device_names(config, device_type)
     figures = summarize(log, devices, config.batch_size)
     summary = {
         "strategy": config.strategy,
@@ -204,19 +205,7 @@ def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> Run
         "warmup_steps_excluded": figures["warmup_steps_excluded"],
         "saved_to": config.save,
     }
-    if config.strategy == "pipeline":
-        summary["bubble_fraction"] = bubble_fraction(log, devices)
-    staleness = [event.value for event in log.scalars("staleness")]
-    if staleness:
-        # Staleness of every applied update (updates between a worker's read and its push).
-        summary["staleness"] = {
-            "max": int(max(staleness)),
-            "mean": float(np.mean(staleness)),
-            "updates": len(staleness),
-            "histogram": {
-                str(k): int(v) for k, v in zip(*np.unique(staleness, return_counts=True))
-            },
-        }
+    summary.update(strategy.summary_fields(config, log, devices))
 
     progress(
         f"[{config.strategy}] test accuracy {test_accuracy:.4f}  test loss {test_loss:.4f}  "

@@ -9,7 +9,6 @@ happens to the gradients next: an all-reduce, a central update, parameter-server
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,7 +16,8 @@ import numpy as np
 from workbench.config import RunConfig
 from workbench.data import GlobalBatchSampler, load_dataset, shard_rows
 from workbench.ir import Executable
-from workbench.optim import LearningRateSchedule, init_slots, make_optimizer
+from workbench.optim import LearningRateSchedule, make_optimizer
+from workbench.parallel.worker_spec import WorkerSpec, initial_state
 from workbench.training.graphs import (
     DROPOUT_SEED,
     INPUTS,
@@ -28,45 +28,10 @@ from workbench.training.graphs import (
 from workbench.training.session import dropout_seed
 
 
-def config_from_dict(data: dict) -> RunConfig:
-    return RunConfig(**{**data, "hidden": tuple(data["hidden"])})
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """What a device needs to build its part of a run (pickled to its worker once)."""
-
-    run_id: str
-    config: dict
-    rank: int
-    replicas: int
-    addresses: tuple[str, ...]
-    device_names: tuple[str, ...]
-    clock_origin: float
-    total_steps: int
-    model: Any = None  # the Sequential to train (built once by the client, pickled here)
-    reads_own_data: bool = True  # between-graph; False: the client feeds batches (in-graph)
-    initial_parameters: dict | None = None
-    initial_optimizer_state: dict | None = None
-
-
-def initial_state(spec: WorkerSpec, optimizer, names=None) -> dict[str, np.ndarray]:
-    """Writable variables and optimizer slots for ``names`` (default: every parameter): the
-    resumed checkpoint's if there is one, else freshly initialised from the run's seed."""
-    config = config_from_dict(spec.config)
-    params = spec.initial_parameters or spec.model.init_parameters(config.seed, config.dtype)
-    if names is not None:
-        params = {name: params[name] for name in dict.fromkeys(names)}
-    slots = init_slots(optimizer, params)
-    if spec.initial_optimizer_state:
-        slots = {name: spec.initial_optimizer_state[name] for name in slots}
-    return {name: np.array(value, copy=True) for name, value in {**params, **slots}.items()}
-
-
 class GradientWorker:
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
-        config = self.config = config_from_dict(spec.config)
+        config = self.config = RunConfig.from_dict(spec.config)
         dataset = load_dataset(config.dataset, seed=config.seed)
         self.model = spec.model
         self.optimizer = make_optimizer(config.optimizer)

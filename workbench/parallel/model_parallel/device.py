@@ -8,14 +8,17 @@ model-parallel step each device spends waiting on the others.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from workbench.data import GlobalBatchSampler, load_dataset
 from workbench.ir import Executable, Graph
 from workbench.ir.ops.communication import RENDEZVOUS
-from workbench.parallel.gradient_worker import WorkerSpec, config_from_dict, initial_state
+from workbench.optim import LearningRateSchedule, make_optimizer
+from workbench.parallel.worker_spec import WorkerSpec, initial_state
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
 from workbench.training.graphs import DROPOUT_SEED, INPUTS, LABELS, LEARNING_RATE
@@ -55,11 +58,8 @@ class StepRendezvous:
 
 class ModelParallelDevice:
     def __init__(self, spec: DeviceSpec) -> None:
-        from workbench.data import GlobalBatchSampler, load_dataset
-        from workbench.optim import LearningRateSchedule, make_optimizer
-
         worker = self.worker = spec.worker
-        config = self.config = config_from_dict(worker.config)
+        config = self.config = worker.run_config
         dataset = load_dataset(config.dataset, seed=config.seed)
         model = self.model = worker.model
         optimizer = make_optimizer(config.optimizer)
@@ -81,8 +81,6 @@ class ModelParallelDevice:
         self.state[RENDEZVOUS] = self.rendezvous
 
     def clock(self) -> float:
-        import time
-
         return time.time() - self.worker.clock_origin
 
     def run(self, first: int, count: int) -> dict[str, Any]:

@@ -6,26 +6,39 @@ interpreter; variables stay resident in the session's store between steps.
 
 from __future__ import annotations
 
+from workbench.config import ConfigError, RunConfig
 from workbench.events import EventLog
 from workbench.runtime import device_name
+from workbench.strategies.definition import StrategyDefinition
 from workbench.training.job import Progress, TrainingJob, epoch_progress
 from workbench.training.session import TrainingSession
 
 
-class OneDeviceStrategy:
+class OneDevice(StrategyDefinition):
     name = "one-device"
+    description = "the whole step on one device in this process: the oracle"
+    options = ()
 
-    def __init__(self, config) -> None:
-        self.config = config
+    def check_config(self, config: RunConfig) -> None:
+        if config.devices != 1:
+            raise ConfigError(
+                "--devices", f"strategy one-device uses exactly 1 device, got {config.devices}"
+            )
+        if config.cluster is not None:
+            raise ConfigError(
+                "--cluster", "strategy one-device runs in this process; use a distributed strategy"
+            )
 
-    def device_names(self, device_type: str) -> list[str]:
+    def device_names(self, config: RunConfig, device_type: str) -> list[str]:
         return [device_name(device_type)]
 
-    def train(self, job: TrainingJob, log: EventLog, progress: Progress) -> TrainingSession:
+    def train(
+        self, config: RunConfig, job: TrainingJob, log: EventLog, progress: Progress
+    ) -> TrainingSession:
         xp = job.xp
-        (device,) = self.device_names(job.device_type)
+        (device,) = self.device_names(config, job.device_type)
         session = TrainingSession(
-            job.model, job.optimizer, job.sampler.batch_size, job.config.dtype, job.config.seed, xp
+            job.model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed, xp
         )
         if job.initial_parameters is not None:
             session.load_state(job.initial_parameters, job.initial_optimizer_state or {})

@@ -5,6 +5,9 @@ prepared in the foreground, where every error on user input is raised before any
 and trained in a daemon thread. The handle is what ``%dtrain -o NAME`` stores: ``wait()``,
 ``stop()``, ``metrics`` (a column table ``pandas.DataFrame`` takes as is), ``events`` and,
 once finished, ``summary``. Every run is also recorded in the run store.
+
+Its live panel is the notebook's: the notebook side registers how to make one
+(:func:`register_run_viewer`) when it is imported, so this layer needs no widgets.
 """
 
 from __future__ import annotations
@@ -17,10 +20,19 @@ from typing import Any
 from workbench.config import RunConfig
 from workbench.events import EventLog
 from workbench.events.records import PhaseEvent, ScalarEvent
+from workbench.launch.run_link import RunLink, new_run_id
+from workbench.launch.runner import RunResult, prepare_run
 from workbench.models import Sequential
 from workbench.store import RunStore
-from workbench.training.run_link import RunLink, new_run_id
-from workbench.training.runner import RunResult, prepare_run
+
+# Makes the live panel of a run (an object with ``widget`` and ``_ipython_display_``); set by
+# the notebook side when it is imported.
+_run_viewer: Callable[[BackgroundRun], Any] | None = None
+
+
+def register_run_viewer(make_panel: Callable[[BackgroundRun], Any]) -> None:
+    global _run_viewer
+    _run_viewer = make_panel
 
 
 class BackgroundRun:
@@ -137,15 +149,19 @@ class BackgroundRun:
     def panel(self):
         """The live panel (progress, status, Stop, charts); made once per run."""
         if self._panel is None:
-            from workbench.notebook.panel import RunPanel
-
-            self._panel = RunPanel(self)
+            if _run_viewer is None:
+                raise RuntimeError(
+                    "the live panel is the notebook's: %load_ext workbench (or import "
+                    "workbench.notebook) first"
+                )
+            self._panel = _run_viewer(self)
         return self._panel
 
     def _ipython_display_(self) -> None:
-        from workbench.notebook.display import show
-
-        show(self.panel().widget)
+        if _run_viewer is None:
+            print(repr(self))
+        else:
+            self.panel()._ipython_display_()
 
     def describe(self) -> str:
         loss = self.log.scalars("loss")  # on request only

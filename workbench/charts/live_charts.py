@@ -23,8 +23,8 @@ from bokeh.models import ColumnDataSource, CustomJSTickFormatter, HoverTool, Num
 from bokeh.plotting import figure
 from bokeh.transform import dodge, factor_cmap
 
+from workbench.charts.chart_data import ChartFeed
 from workbench.events import EventLog
-from workbench.notebook.chart_data import ChartFeed
 
 MAX_REFRESH_HZ = 10
 MAX_BUSY_SHARE = 0.02  # of wall time spent refreshing, whatever the refresh costs

@@ -17,7 +17,8 @@ import numpy as np
 from workbench.ir import Executable
 from workbench.parallel.collectives import allreduce, broadcast, plan_buckets, reduce
 from workbench.parallel.collectives.compression import compressed_allreduce
-from workbench.parallel.gradient_worker import GradientWorker, WorkerSpec
+from workbench.parallel.data_parallel.gradient_worker import GradientWorker
+from workbench.parallel.worker_spec import WorkerSpec
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
 from workbench.training.graphs import LEARNING_RATE, build_update_graph, gradient_name

@@ -8,9 +8,12 @@ traffic pattern is the parameter-server one (everything through one device), wit
 
 from __future__ import annotations
 
-from workbench.parallel.data_parallel import DataParallelStrategy
+from workbench.strategies.data_parallel import DataParallel
+from workbench.strategies.options import BUCKET_MB
 
 
-class CentralStorageStrategy(DataParallelStrategy):
+class CentralStorage(DataParallel):
     name = "central-storage"
+    description = "variables on one device, compute replicated, one central update"
+    options = (BUCKET_MB,)
     central_storage = True

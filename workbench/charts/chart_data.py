@@ -1,4 +1,5 @@
-"""What the live charts show, computed from events only (DESIGN 3.4), without Bokeh.
+"""What the live charts show, computed from events only, without Bokeh (docs/architecture.md,
+"Events").
 
 A :class:`ChartFeed` reads a run's event log from where it stopped last time and returns, per
 chart, either rows to append (loss, throughput, timeline: streamed with rollover) or the whole

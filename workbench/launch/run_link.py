@@ -15,9 +15,9 @@ import time
 import uuid
 
 from workbench.events import EventLog
+from workbench.launch.runner import PreparedRun, RunResult, execute_run
 from workbench.store import RunStore
 from workbench.training.job import Progress, TrainingJob
-from workbench.training.runner import PreparedRun, RunResult, execute_run
 
 STORE_POLL_S = 0.25  # how soon a Stop asked through the store is seen
 

@@ -1,0 +1,99 @@
+"""The one flag parser behind ``dtrain run``, ``dtrain plan`` and ``%dtrain``, derived from the
+option rows: the run options (:data:`workbench.config.RUN_OPTIONS`) and every registered
+strategy's options, each flag with its default, values and the strategies that take it.
+
+argparse only splits and converts types; every rule about values lives in
+:func:`workbench.strategies.validate_config`, so the command line, the magic, the notebook
+form and the Python API reject the same inputs with the same messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from collections.abc import Sequence
+
+from workbench.config import RUN_OPTIONS, ConfigError, Option, RunConfig
+from workbench.strategies import STRATEGIES, validate_config
+
+
+class FlagError(ConfigError):
+    """A flag that could not be parsed (unknown flag, missing or mistyped value)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print and exit; we raise instead
+        if message.startswith("unrecognized arguments:"):
+            unknown = message.split(":", 1)[1].split()
+            flag = next((word for word in unknown if word.startswith("-")), unknown[0])
+            known = [option for action in self._actions for option in action.option_strings]
+            close = difflib.get_close_matches(flag, known, n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; see {self.prog} --help"
+            raise FlagError(flag, f"unknown flag{hint}")
+        if message.startswith("argument "):
+            field, _, detail = message[len("argument ") :].partition(": ")
+            raise FlagError(field.split("/")[0], detail)
+        raise FlagError("flags", message)
+
+
+def _converter(option: Option):
+    """The text -> value function argparse calls (its errors name the flag)."""
+    if option.parse is None:
+        return option.type  # argparse says "invalid int value: 'x'" itself
+    convert = option.parse
+
+    def parse(text: str):
+        try:
+            return convert(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
+
+
+def _add(group, option: Option, default, extra_help: str = "") -> None:
+    shown = "" if option.default is None else f" [default: {option.default}]"
+    if isinstance(option.default, tuple):
+        shown = f" [default: {','.join(map(str, option.default))}]"
+    group.add_argument(
+        option.flag,
+        dest=option.name,
+        type=_converter(option),
+        default=default,
+        help=f"{option.describe()}{shown}{extra_help}",
+    )
+
+
+def build_parser(prog: str = "dtrain run") -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=prog,
+        add_help=True,
+        allow_abbrev=False,
+        description="Train a model with a parallel strategy.",
+    )
+    run = parser.add_argument_group("run options")
+    strategies = " | ".join(STRATEGIES.names())
+    run.add_argument("--strategy", default="one-device", help=f"{strategies} [default: one-device]")
+    for option in RUN_OPTIONS:
+        _add(run, option, option.default)
+    run.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
+    group = parser.add_argument_group("strategy options (each for the strategies named)")
+    for option in STRATEGIES.options().values():
+        # Absent unless typed: a strategy gets its own defaults, and an option typed for a
+        # strategy that does not take it is refused by name.
+        _add(group, option, argparse.SUPPRESS, f"; {', '.join(STRATEGIES.takers(option.name))}")
+    return parser
+
+
+def parse_run_flags(argv: Sequence[str], prog: str = "dtrain run") -> RunConfig:
+    """Parse and validate flags into a :class:`RunConfig`.
+
+    Examples
+    --------
+    >>> parse_run_flags(["--steps", "5", "--hidden", "32,16"]).hidden
+    (32, 16)
+    >>> parse_run_flags(["--strategy", "mirrored", "--devices", "2"]).allreduce
+    'ring'
+    """
+    namespace = build_parser(prog).parse_args(list(argv))
+    return validate_config(RunConfig(**vars(namespace)))

@@ -1,0 +1,78 @@
+"""What every device of a distributed run is given once, at setup: a :class:`WorkerSpec`.
+
+The client builds one per device (:func:`make_worker_spec`), pickles it to the device's Dask
+worker, and the device builds its part of the run from it: its rank among the replicas, its
+peers' addresses, the model, the run's config (as a dict: it crosses processes) and, when
+resuming, the checkpoint's variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench.config import RunConfig
+from workbench.optim import init_slots
+from workbench.runtime.cluster import ClusterSession
+from workbench.training.job import TrainingJob
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a device needs to build its part of a run (pickled to its worker once)."""
+
+    run_id: str
+    config: dict
+    rank: int
+    replicas: int
+    addresses: tuple[str, ...]
+    device_names: tuple[str, ...]
+    clock_origin: float
+    total_steps: int
+    model: Any = None  # the Sequential to train (built once by the client, pickled here)
+    reads_own_data: bool = True  # between-graph; False: the client feeds batches (in-graph)
+    initial_parameters: dict | None = None
+    initial_optimizer_state: dict | None = None
+
+    @property
+    def run_config(self) -> RunConfig:
+        return RunConfig.from_dict(self.config)
+
+
+def make_worker_spec(
+    session: ClusterSession,
+    job: TrainingJob,
+    rank: int,
+    replicas: int,
+    reads_own_data: bool = True,
+) -> WorkerSpec:
+    """The spec of device ``rank`` of ``session`` for ``job``, one of ``replicas`` replicas."""
+    return WorkerSpec(
+        run_id=session.run_id,
+        config=job.config.to_dict(),
+        rank=rank,
+        replicas=replicas,
+        addresses=tuple(session.addresses),
+        device_names=tuple(session.device_names),
+        clock_origin=job.clock_origin,
+        total_steps=job.total_steps,
+        model=job.model,
+        reads_own_data=reads_own_data,
+        initial_parameters=job.initial_parameters,
+        initial_optimizer_state=job.initial_optimizer_state,
+    )
+
+
+def initial_state(spec: WorkerSpec, optimizer, names=None) -> dict[str, np.ndarray]:
+    """Writable variables and optimizer slots for ``names`` (default: every parameter): the
+    resumed checkpoint's if there is one, else freshly initialised from the run's seed."""
+    config = spec.run_config
+    params = spec.initial_parameters or spec.model.init_parameters(config.seed, config.dtype)
+    if names is not None:
+        params = {name: params[name] for name in dict.fromkeys(names)}
+    slots = init_slots(optimizer, params)
+    if spec.initial_optimizer_state:
+        slots = {name: spec.initial_optimizer_state[name] for name in slots}
+    return {name: np.array(value, copy=True) for name, value in {**params, **slots}.items()}

@@ -1,0 +1,24 @@
+"""Strategies as users pick them: one module per strategy declaring its name, options, rules,
+plan and summary fields (a :class:`StrategyDefinition`), and one registry line each.
+
+What flows in: a validated :class:`~workbench.config.RunConfig` and a
+:class:`~workbench.training.job.TrainingJob`. What flows out: the trained variables and,
+through the event log, what every device did. Every synchronous strategy must end with the
+parameters ``one-device`` ends with. The strategies drive the device-side code in
+``workbench.parallel``; the flags, the form and the Python API are derived from the
+definitions (``docs/architecture.md``, "Adding a strategy").
+"""
+
+from workbench.strategies.cluster_strategy import ClusterStrategy
+from workbench.strategies.definition import StrategyDefinition, replicas_divide_the_batch
+from workbench.strategies.registry import STRATEGIES, StrategyRegistry
+from workbench.strategies.validation import validate_config
+
+__all__ = [
+    "STRATEGIES",
+    "ClusterStrategy",
+    "StrategyDefinition",
+    "StrategyRegistry",
+    "replicas_divide_the_batch",
+    "validate_config",
+]

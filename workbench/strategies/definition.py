@@ -1,0 +1,94 @@
+"""What a strategy declares: the one shape every strategy has.
+
+A strategy is one module with one :class:`StrategyDefinition` subclass and one line in
+``registry.py``. From the definitions alone the workbench derives ``--strategy``'s values, the
+flags and their defaults (``dtrain run --help``, ``%dtrain?``), the validation of a
+:class:`~workbench.config.RunConfig`, the notebook form's widgets, the ``tf.distribute``-style
+classes (``workbench.MirroredStrategy``) and the strategy's fields in the ``--json`` summary.
+``docs/architecture.md`` walks through adding one.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from workbench.config import ConfigError, Option, RunConfig
+from workbench.events import EventLog
+from workbench.models import Sequential
+from workbench.runtime import device_name
+from workbench.training.job import Progress, TrainedModel, TrainingJob
+
+_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+
+
+class StrategyDefinition(ABC):
+    """One parallel strategy: its name and options (declared), the rules it puts on a run
+    (``check_config``, ``check_model``), the devices it uses, how it trains, and what it adds
+    to the summary. Definitions hold no state: each method takes the run's config.
+
+    Subclasses declare ``name`` (what ``--strategy`` takes), ``description`` (one line for the
+    help) and ``options`` (the strategy's :class:`~workbench.config.Option` rows, shared rows
+    from ``options.py`` or their own), and implement ``check_config`` and ``train``.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    options: ClassVar[tuple[Option, ...]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in vars(cls):
+            return  # a family base (data parallel, cluster strategies): subclasses declare
+        missing = [part for part in ("name", "description", "options") if part not in vars(cls)]
+        if missing:
+            raise TypeError(f"strategy {cls.__name__} does not declare {', '.join(missing)}")
+        if not _NAME.match(cls.name):
+            raise TypeError(f"strategy name {cls.name!r} is not lower-case-with-dashes")
+        if not all(isinstance(option, Option) for option in cls.options):
+            raise TypeError(f"strategy {cls.name}: options must be Option rows")
+
+    @property
+    def api_name(self) -> str:
+        """The Python API class: ``parameter-server`` -> ``ParameterServerStrategy``."""
+        return "".join(part.capitalize() for part in self.name.split("-")) + "Strategy"
+
+    @abstractmethod
+    def check_config(self, config: RunConfig) -> None:
+        """The strategy's device-count rule and any rule across its options: raise
+        :class:`~workbench.config.ConfigError` if ``--devices`` (and the options that share
+        the devices and the batch out) do not fit. Each option alone is already checked."""
+
+    def check_model(self, config: RunConfig, model: Sequential) -> None:  # noqa: B027
+        """Raise :class:`~workbench.config.ConfigError` if ``model`` cannot be trained this
+        way (say, fewer layers than stages). Most strategies take any model."""
+
+    def device_names(self, config: RunConfig, device_type: str) -> list[str]:
+        """Names of the devices the run uses, in rank order (the events use them)."""
+        return [device_name(device_type, task=rank) for rank in range(config.devices)]
+
+    @abstractmethod
+    def train(
+        self, config: RunConfig, job: TrainingJob, log: EventLog, progress: Progress
+    ) -> TrainedModel:
+        """Train ``job``, recording what every device did in ``log``; return the trained
+        variables, gathered on the host."""
+
+    def summary_fields(
+        self, config: RunConfig, log: EventLog, devices: list[str]
+    ) -> dict[str, Any]:
+        """What this strategy adds to the ``--json`` summary (bubbles, staleness, ...)."""
+        return {}
+
+
+def replicas_divide_the_batch(config: RunConfig) -> None:
+    """The device rule of data parallelism: each replica gets an equal share of the batch."""
+    if config.batch_size % config.devices:
+        below = config.batch_size - config.batch_size % config.devices
+        above = config.batch_size + config.devices - config.batch_size % config.devices
+        raise ConfigError(
+            "--batch-size",
+            f"the global batch {config.batch_size} must divide evenly over {config.devices} "
+            f"replicas (--devices); try {below} or {above}",
+        )

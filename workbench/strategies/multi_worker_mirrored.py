@@ -1,0 +1,37 @@
+"""``multi-worker-mirrored``: TF's ``MultiWorkerMirroredStrategy``: mirrored variables across
+several hosts, with a hierarchical all-reduce: reduce inside each host (fast local links), ring
+across the hosts' leaders (the slow network), broadcast back inside each host.
+
+Hosts are groups of workers: the real hosts of the cluster when it spans several, otherwise
+``--hosts`` simulated hosts of consecutive workers on this machine.
+"""
+
+from __future__ import annotations
+
+from workbench.config import ConfigError, RunConfig
+from workbench.strategies.data_parallel import DataParallel
+from workbench.strategies.definition import replicas_divide_the_batch
+from workbench.strategies.options import BUCKET_MB, COMPRESSION, HOSTS
+
+
+class MultiWorkerMirrored(DataParallel):
+    name = "multi-worker-mirrored"
+    description = "mirrored across hosts: reduce in each host, ring across hosts"
+    options = (HOSTS, BUCKET_MB, COMPRESSION)
+
+    def check_config(self, config: RunConfig) -> None:
+        replicas_divide_the_batch(config)
+        if config.hosts > config.devices:
+            raise ConfigError(
+                "--hosts",
+                f"{config.hosts} hosts need at least as many devices, got {config.devices}",
+            )
+
+    def algorithm(self, config: RunConfig) -> str:
+        return "hierarchical-copy"
+
+    def group_count(self, config: RunConfig) -> int:
+        return config.hosts
+
+    def compression(self, config: RunConfig) -> str:
+        return config.compression

@@ -1,0 +1,57 @@
+"""Option rows that more than one strategy declares (each strategy lists the ones it takes).
+
+A row is the whole truth about an option: flag, type, default, allowed values, help. Which
+strategies accept it follows from their ``options``; ``dtrain run --help`` says so per flag.
+"""
+
+from __future__ import annotations
+
+from workbench.config import Option
+from workbench.parallel.collectives import ALLREDUCE_ALGORITHMS
+from workbench.parallel.collectives.compression import COMPRESSION_NAMES
+from workbench.parallel.parameter_server import PARAMETER_SERVER_MODES, REPLICATION_NAMES
+from workbench.parallel.pipeline import SCHEDULE_NAMES
+
+ALLREDUCE = Option(
+    "allreduce",
+    str,
+    "ring",
+    "all-reduce algorithm",
+    choices=ALLREDUCE_ALGORITHMS,
+    noun="all-reduce algorithm",
+    label="all-reduce",
+)
+BUCKET_MB = Option(
+    "bucket_mb",
+    float,
+    25.0,
+    "gradient fusion bucket size in MiB",
+    minimum=0.001,
+    label="bucket MiB",
+)
+COMPRESSION = Option(
+    "compression",
+    str,
+    "none",
+    "gradients on the wire (float16: half the bytes, full-precision sums)",
+    choices=COMPRESSION_NAMES,
+)
+HOSTS = Option("hosts", int, 2, "simulated hosts (groups of workers on one machine)", minimum=1)
+PS = Option("ps", int, 1, "parameter-server shards", minimum=1, label="PS shards")
+MODE = Option("mode", str, "sync", "update mode", choices=PARAMETER_SERVER_MODES)
+STALENESS = Option(
+    "staleness",
+    int,
+    None,
+    "bound on update staleness (async mode; default unbounded)",
+    minimum=0,
+    optional=True,
+)
+REPLICATION = Option(
+    "replication", str, "between-graph", "who feeds the workers", choices=REPLICATION_NAMES
+)
+STAGES = Option("stages", int, 2, "pipeline stages", minimum=1)
+MICROBATCHES = Option(
+    "microbatches", int, 4, "micro-batches per global batch", minimum=1, label="micro-batches"
+)
+SCHEDULE = Option("schedule", str, "gpipe", "pipeline schedule", choices=SCHEDULE_NAMES)

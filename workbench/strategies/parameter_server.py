@@ -1,0 +1,148 @@
+"""``parameter-server``: TF's ``ParameterServerStrategy`` on Dask workers.
+
+``--devices N`` workers compute; ``--ps K`` more workers are parameter-server shards holding
+the variables (size-balanced). Each step a worker pulls the variables, computes gradients on its
+slice of the batch and pushes them. ``--mode sync`` averages all N pushes per update (equal to
+one-device); ``--mode async`` applies each push on arrival, optionally bounded by
+``--staleness S``. ``--replication between-graph`` (default): each worker builds its replica
+and reads its own data; ``in-graph``: the client holds the data and ships each worker its batch
+every step, so all input flows through one node. The device side is
+:mod:`workbench.parallel.parameter_server`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from workbench.config import ConfigError, RunConfig
+from workbench.data import shard_rows
+from workbench.events import EventLog
+from workbench.optim import init_slots
+from workbench.parallel.device_run import DevicePlan, SetupGroup
+from workbench.parallel.parameter_server.partitioner import partition_variables
+from workbench.parallel.parameter_server.shard_service import ShardSpec, setup_shard
+from workbench.parallel.parameter_server.worker_loop import (
+    ParameterServerWorkerSpec,
+    run_ps_worker_steps,
+    setup_ps_worker,
+)
+from workbench.parallel.worker_spec import make_worker_spec
+from workbench.runtime import device_name
+from workbench.runtime.cluster import ClusterSession
+from workbench.strategies.cluster_strategy import ClusterStrategy
+from workbench.strategies.definition import replicas_divide_the_batch
+from workbench.strategies.options import MODE, PS, REPLICATION, STALENESS
+from workbench.training.job import Progress, TrainingJob
+
+
+class ParameterServer(ClusterStrategy):
+    name = "parameter-server"
+    description = "variables sharded over PS tasks; workers pull, compute, push (sync or async)"
+    options = (PS, MODE, STALENESS, REPLICATION)
+
+    def check_config(self, config: RunConfig) -> None:
+        replicas_divide_the_batch(config)
+        if config.staleness is not None and config.mode != "async":
+            raise ConfigError("--staleness", "bounds async updates; add --mode async")
+
+    def device_names(self, config: RunConfig, device_type: str) -> list[str]:
+        workers = [device_name(device_type, task=t) for t in range(config.devices)]
+        return workers + [device_name(device_type, task=t, job="ps") for t in range(config.ps)]
+
+    def jobs(self, config: RunConfig) -> tuple[tuple[str, int], ...]:
+        return (("worker", config.devices), ("ps", config.ps))
+
+    def device_count(self, config: RunConfig) -> int:
+        return config.devices + config.ps
+
+    def plan(
+        self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress
+    ) -> DevicePlan:
+        model, workers, shards = job.model, config.devices, config.ps
+        params = job.initial_parameters or model.init_parameters(config.seed, config.dtype)
+        slots = job.initial_optimizer_state or init_slots(job.optimizer, params)
+        placement = partition_variables(model.parameter_shapes(), shards)
+        in_graph = config.replication == "in-graph"
+        worker_ranks = list(range(workers))
+        shard_ranks = list(range(workers, workers + shards))
+        shard_specs = [
+            ShardSpec(
+                run_id=session.run_id,
+                config=config.to_dict(),
+                shard=k,
+                names=tuple(placement[k]),
+                workers=workers,
+                total_steps=job.total_steps,
+                stall_timeout=config.stall_timeout,
+                parameters={n: params[n] for n in placement[k]},
+                optimizer_state={
+                    s: v for s, v in slots.items() if s.rsplit("/", 1)[0] in placement[k]
+                },
+                model=model,
+                device=session.device_names[shard_ranks[k]],
+                clock_origin=job.clock_origin,
+            )
+            for k in range(shards)
+        ]
+        worker_specs = [
+            ParameterServerWorkerSpec(
+                worker=make_worker_spec(session, job, rank, workers, reads_own_data=not in_graph),
+                shard_addresses=tuple(session.addresses[r] for r in shard_ranks),
+                shard_devices=tuple(session.device_names[r] for r in shard_ranks),
+                shard_names=tuple(tuple(names) for names in placement),
+            )
+            for rank in worker_ranks
+        ]
+        return DevicePlan(
+            # Shards first: workers pull from them as soon as they start.
+            setups=[
+                SetupGroup(setup_shard, shard_specs, shard_ranks),
+                SetupGroup(setup_ps_worker, worker_specs, worker_ranks),
+            ],
+            step_function=run_ps_worker_steps,
+            step_arguments=self._step_arguments(config, session, job, in_graph),
+            step_ranks=worker_ranks,
+            snapshot_ranks=shard_ranks,  # the shards hold the variables
+        )
+
+    def _step_arguments(self, config: RunConfig, session, job: TrainingJob, in_graph: bool):
+        workers = config.devices
+
+        def arguments(step: int, count: int) -> list[tuple]:
+            if not in_graph:
+                return [(session.run_id, step, count)] * workers
+            # In-graph replication: this client reads the data and ships every slice.
+            dtype = "int64" if job.model.takes_integer_input else config.dtype
+            per_worker = []
+            for rank in range(workers):
+                rows = shard_rows(job.sampler.batch_size, rank, workers)
+                batches = []
+                for current in range(step, step + count):
+                    index = job.sampler.batch_indices(current)[rows]
+                    batches.append(
+                        (job.dataset.x_train[index].astype(dtype), job.dataset.y_train[index])
+                    )
+                per_worker.append((session.run_id, step, count, batches))
+            return per_worker
+
+        return arguments
+
+    def summary_fields(
+        self, config: RunConfig, log: EventLog, devices: list[str]
+    ) -> dict[str, Any]:
+        staleness = [event.value for event in log.scalars("staleness")]
+        if not staleness:
+            return {}
+        # Staleness of every applied update (updates between a worker's read and its push).
+        return {
+            "staleness": {
+                "max": int(max(staleness)),
+                "mean": float(np.mean(staleness)),
+                "updates": len(staleness),
+                "histogram": {
+                    str(k): int(v) for k, v in zip(*np.unique(staleness, return_counts=True))
+                },
+            }
+        }

@@ -1,0 +1,71 @@
+"""``pipeline``: the model's layers in ``--stages`` stages on as many devices, each global batch
+in ``--microbatches`` micro-batches, scheduled by ``--schedule gpipe | 1f1b``.
+
+Stages exchange activations forward and gradients backward peer to peer; every stage updates
+its own variables once per step with the mean gradient over micro-batches, so the result equals
+one-device training. The idle time while a stage waits (the bubble) shows in its events and in
+the summary's ``bubble_fraction``. The device side is :mod:`workbench.parallel.pipeline`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workbench.config import ConfigError, RunConfig
+from workbench.events import EventLog, bubble_fraction
+from workbench.models import Sequential
+from workbench.parallel.device_run import DevicePlan
+from workbench.parallel.pipeline.stage_worker import StageSpec, run_stage_steps, setup_stage
+from workbench.parallel.pipeline.stages import StageError, split_layers
+from workbench.parallel.worker_spec import make_worker_spec
+from workbench.runtime.cluster import ClusterSession
+from workbench.strategies.cluster_strategy import ClusterStrategy
+from workbench.strategies.options import MICROBATCHES, SCHEDULE, STAGES
+from workbench.training.job import Progress, TrainingJob
+
+
+class Pipeline(ClusterStrategy):
+    name = "pipeline"
+    description = "layers in stages on devices, micro-batches scheduled by GPipe or 1F1B"
+    options = (STAGES, MICROBATCHES, SCHEDULE)
+
+    def check_config(self, config: RunConfig) -> None:
+        if config.devices != config.stages:
+            raise ConfigError(
+                "--devices",
+                f"a pipeline puts one stage on each device: --devices {config.devices} "
+                f"must equal --stages {config.stages}",
+            )
+        if config.batch_size % config.microbatches:
+            raise ConfigError(
+                "--microbatches",
+                f"the global batch {config.batch_size} must divide evenly into "
+                f"{config.microbatches} micro-batches",
+            )
+
+    def check_model(self, config: RunConfig, model: Sequential) -> None:
+        """Refuse, before any cluster work, a model with fewer layers than stages."""
+        try:
+            split_layers(model, config.stages)
+        except StageError as error:
+            raise ConfigError(
+                "--stages",
+                f"{error.parts} stages need at least as many layers; the model has {error.layers}",
+            ) from None
+
+    def plan(
+        self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress
+    ) -> DevicePlan:
+        specs = [
+            StageSpec(make_worker_spec(session, job, rank, 1), config.stall_timeout)
+            for rank in range(config.devices)
+        ]
+        # Replica 0's stages hold every variable between them.
+        return DevicePlan.uniform(
+            session, setup_stage, specs, run_stage_steps, range(config.stages)
+        )
+
+    def summary_fields(
+        self, config: RunConfig, log: EventLog, devices: list[str]
+    ) -> dict[str, Any]:
+        return {"bubble_fraction": bubble_fraction(log, devices)}
