@@ -69,6 +69,7 @@ class Option:
     parse: Callable[[str], Any] | None = None  # text -> value, where ``type`` is not enough
     noun: str | None = None  # what a value is called in messages (default: the name)
     label: str | None = None  # the notebook form's label (default: the name)
+    applies_with: str | None = None  # what else it needs, e.g. "--mode async"
 
     @property
     def flag(self) -> str:

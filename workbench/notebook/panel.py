@@ -128,7 +128,7 @@ def option_widget(option: Option) -> widgets.Widget:
     else:
         shown = "" if option.default is None else str(option.default)
         widget = _text(shown, option.form_label, "unbounded" if option.optional else "")
-    widget.description_tooltip = option.describe()
+    widget.tooltip = option.describe()
     return widget
 
 

@@ -46,6 +46,7 @@ STALENESS = Option(
     "bound on update staleness (async mode; default unbounded)",
     minimum=0,
     optional=True,
+    applies_with="--mode async",
 )
 REPLICATION = Option(
     "replication", str, "between-graph", "who feeds the workers", choices=REPLICATION_NAMES

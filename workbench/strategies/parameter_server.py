@@ -45,7 +45,7 @@ class ParameterServer(ClusterStrategy):
     def check_config(self, config: RunConfig) -> None:
         replicas_divide_the_batch(config)
         if config.staleness is not None and config.mode != "async":
-            raise ConfigError("--staleness", "bounds async updates; add --mode async")
+            raise ConfigError("--staleness", f"bounds async updates; add {STALENESS.applies_with}")
 
     def device_names(self, config: RunConfig, device_type: str) -> list[str]:
         workers = [device_name(device_type, task=t) for t in range(config.devices)]

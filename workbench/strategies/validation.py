@@ -42,10 +42,12 @@ def validate_config(config: RunConfig) -> RunConfig:
         if name in declared:
             continue
         if name in known:
+            known[name].check(config.options[name])  # a bad value is named first, as such
+            needs = known[name].applies_with
             raise ConfigError(
                 flag_of(name),
-                f"applies to {', '.join(STRATEGIES.takers(name))}; "
-                f"strategy {config.strategy} does not take it",
+                f"applies to {', '.join(STRATEGIES.takers(name))}"
+                f"{f' with {needs}' if needs else ''}; strategy {config.strategy} does not take it",
             )
         raise ConfigError(
             flag_of(name),
