@@ -1,10 +1,13 @@
-"""Every test session records its runs in a run store of its own, never the user's."""
+"""Every test session records its runs in a run store of its own, never the user's; tests of
+the notebook side get a real IPython shell with ``%load_ext workbench`` and a store of their
+own."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from IPython.core.interactiveshell import InteractiveShell
 
 from workbench.store import STORE_ENVIRONMENT
 
@@ -18,3 +21,23 @@ def session_run_store(tmp_path_factory):
         del os.environ[STORE_ENVIRONMENT]
     else:
         os.environ[STORE_ENVIRONMENT] = before
+
+
+@pytest.fixture
+def store_root(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    monkeypatch.setenv(STORE_ENVIRONMENT, str(root))
+    return root
+
+
+@pytest.fixture
+def shell(store_root):
+    shell = InteractiveShell.instance()
+    if "WorkbenchMagics" not in shell.magics_manager.registry:
+        shell.run_line_magic("load_ext", "workbench")
+    magics = shell.magics_manager.registry["WorkbenchMagics"]
+    yield shell
+    for run in magics.runs.live():  # a failed test must not leave a run training
+        run.stop()
+        run.wait(60)
+    magics.runs = type(magics.runs)()

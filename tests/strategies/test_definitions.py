@@ -89,8 +89,7 @@ def toy():
     STRATEGIES.unregister("logged-one-device")
 
 
-def test_a_new_strategy_appears_everywhere_and_trains(toy, capsys, tmp_path, monkeypatch):
-    monkeypatch.setenv("DTRAIN_RUN_STORE", str(tmp_path / "runs"))
+def test_a_new_strategy_appears_everywhere_and_trains(toy, capsys, store_root):
     # dtrain run --help: the strategy and its option, with its default and its strategy.
     with pytest.raises(SystemExit):
         main(["run", "--help"])

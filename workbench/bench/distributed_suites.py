@@ -155,7 +155,9 @@ def workbench_config(
     seed: int,
 ) -> dict[str, Any]:
     """The ``RunConfig`` fields of a benchmark run: plain SGD at a constant rate, float32,
-    ring all-reduce, on the CPU (a ``dict``, so it pickles to a worker process)."""
+    ring all-reduce where there is one, on the CPU (a ``dict``, so it pickles to a worker
+    process)."""
+    ring = {"allreduce": "ring"} if strategy == "mirrored" else {}
     return {
         "strategy": strategy,
         "devices": devices,
@@ -167,7 +169,7 @@ def workbench_config(
         "optimizer": "sgd",
         "lr_decay": "none",
         "dtype": "float32",
-        "allreduce": "ring",
         "device_type": "cpu",
         "seed": seed,
+        **ring,
     }

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from workbench.config import ConfigError, Option, RunConfig
 from workbench.events import EventLog
 from workbench.models import Sequential
+from workbench.parallel.pipeline.stages import StageError, split_layers
 from workbench.runtime import device_name
 from workbench.training.job import Progress, TrainedModel, TrainingJob
 
@@ -80,6 +81,19 @@ class StrategyDefinition(ABC):
     ) -> dict[str, Any]:
         """What this strategy adds to the ``--json`` summary (bubbles, staleness, ...)."""
         return {}
+
+
+def layers_fill(model: Sequential, parts: int, flag: str) -> None:
+    """Refuse a model with fewer layers than ``parts`` (the stages or devices ``flag`` asks
+    for): each part needs at least one layer."""
+    try:
+        split_layers(model, parts)
+    except StageError as error:
+        raise ConfigError(
+            flag,
+            f"{error.parts} {flag.removeprefix('--')} need at least as many layers; "
+            f"the model has {error.layers}",
+        ) from None
 
 
 def replicas_divide_the_batch(config: RunConfig) -> None:

@@ -13,12 +13,12 @@ from workbench.models import Sequential
 from workbench.parallel.device_run import DevicePlan
 from workbench.parallel.model_parallel.device import DeviceSpec, run_device_steps, setup_device
 from workbench.parallel.model_parallel.graph import build_model_parallel_graph
-from workbench.parallel.pipeline.stages import StageError, split_layers
 from workbench.parallel.worker_spec import make_worker_spec
 from workbench.passes import PlacementError
 from workbench.passes.place import resolve_device
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import ClusterStrategy
+from workbench.strategies.definition import layers_fill
 from workbench.training.job import Progress, TrainingJob
 
 
@@ -42,13 +42,7 @@ class ModelParallel(ClusterStrategy):
                             "device constraint", f"layer {layer.name}: {error}"
                         ) from None
             return
-        try:
-            split_layers(model, config.devices)
-        except StageError as error:
-            raise ConfigError(
-                "--devices",
-                f"{error.parts} devices need at least as many layers; the model has {error.layers}",
-            ) from None
+        layers_fill(model, config.devices, "--devices")
 
     def plan(
         self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress

@@ -16,10 +16,10 @@ from workbench.events import EventLog, bubble_fraction
 from workbench.models import Sequential
 from workbench.parallel.device_run import DevicePlan
 from workbench.parallel.pipeline.stage_worker import StageSpec, run_stage_steps, setup_stage
-from workbench.parallel.pipeline.stages import StageError, split_layers
 from workbench.parallel.worker_spec import make_worker_spec
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import ClusterStrategy
+from workbench.strategies.definition import layers_fill
 from workbench.strategies.options import MICROBATCHES, SCHEDULE, STAGES
 from workbench.training.job import Progress, TrainingJob
 
@@ -45,13 +45,7 @@ class Pipeline(ClusterStrategy):
 
     def check_model(self, config: RunConfig, model: Sequential) -> None:
         """Refuse, before any cluster work, a model with fewer layers than stages."""
-        try:
-            split_layers(model, config.stages)
-        except StageError as error:
-            raise ConfigError(
-                "--stages",
-                f"{error.parts} stages need at least as many layers; the model has {error.layers}",
-            ) from None
+        layers_fill(model, config.stages, "--stages")
 
     def plan(
         self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress
