@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.events import EventLog
 from workbench.charts.chart_data import ChartFeed
+from workbench.events import EventLog
 
 
 def _two_devices() -> EventLog:

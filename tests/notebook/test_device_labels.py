@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from workbench.events import EventLog
 from workbench.charts.live_charts import SHORT_DEVICE_NAME_JS, LiveCharts
+from workbench.events import EventLog
 from workbench.runtime.devices import device_tag
 
 NAMES = [

@@ -4,8 +4,8 @@ import pytest
 from distributed import LocalCluster
 
 from workbench.config import RunConfig
-from workbench.runtime.cluster import ClusterError
 from workbench.launch.runner import run_training
+from workbench.runtime.cluster import ClusterError
 
 
 @pytest.fixture

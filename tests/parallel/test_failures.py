@@ -10,8 +10,8 @@ import pytest
 
 from workbench.config import RunConfig
 from workbench.events import EventLog
-from workbench.parallel.dispatch import DeviceFailure
 from workbench.launch.runner import run_training
+from workbench.parallel.dispatch import DeviceFailure
 
 
 def _dask_worker_processes():

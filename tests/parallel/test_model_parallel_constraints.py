@@ -4,8 +4,8 @@ import pytest
 
 import workbench
 from workbench.config import ConfigError, RunConfig
-from workbench.models import Dense, Flatten, Sequential
 from workbench.launch.runner import run_training
+from workbench.models import Dense, Flatten, Sequential
 
 
 def constrained_model(head_device):
