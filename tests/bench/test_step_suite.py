@@ -1,17 +1,23 @@
-"""The step suite: the contenders agree, a broken one is caught, the command runs end to end.
+"""The step suite: the contenders agree, a broken one is caught, the command runs end to end,
+and its page-fault figures count what the steps really did.
 
 No timing thresholds: a test machine's speed proves nothing about the code.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import itertools
 import json
+import math
+import mmap
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from workbench.bench import bench_command, torch_reference
+from workbench.bench import bench_command, timing, torch_reference
 from workbench.bench.step_suite import (
     AgreementError,
     StepContender,
@@ -28,6 +34,10 @@ from workbench.runtime import gpu_count
 TINY = StepSettings(batch_size=16, hidden=(32, 32))
 TINY_FLAGS = ["--rounds", "2", "--steps-per-round", "1", "--hidden", "32,32", "--batch-size", "16"]
 HAVE_TORCH = torch_reference.unavailable_reason("cpu") is None
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="PyTorch is not installed")
+counts_faults = pytest.mark.skipif(
+    timing.resource is None, reason="no resource module: page faults read as 0 here"
+)
 
 
 @pytest.mark.parametrize("settings", [TINY, StepSettings()], ids=["tiny", "reference-size"])
@@ -85,8 +95,18 @@ def _run_json(capsys, argv: list[str]) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_the_suite_runs_end_to_end_with_json(capsys):
-    report = _run_json(capsys, ["step", *TINY_FLAGS, "--json"])
+@pytest.fixture(scope="module")
+def step_report() -> dict:
+    """``dtrain bench step --json`` with tiny settings, run once for the module (stdout
+    redirected here: capsys belongs to one test)."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert bench_command(["step", *TINY_FLAGS, "--json"]) == 0
+    return json.loads(buffer.getvalue())
+
+
+def test_the_suite_runs_end_to_end_with_json(step_report):
+    report = step_report
     assert set(report) == {"command", "machine", "suites"}
     assert {"cpu", "cores", "numpy", "thread_pools"} <= set(report["machine"])
     result = report["suites"]["step"]
@@ -99,13 +119,89 @@ def test_the_suite_runs_end_to_end_with_json(capsys):
         assert row["available"]
         assert row["ms_per_step"]["median"] > 0 and row["samples_per_second"] > 0
         assert len(row["round_ms"]) == 2 and min(row["round_ms"]) > 0
-        assert row["page_faults_per_step"] >= 0
+        # A count per step (what it counts is checked in the page-fault tests below).
+        faults = row["page_faults_per_step"]
+        assert type(faults) in (int, float) and math.isfinite(faults) and faults >= 0
     ratios = result["ratios"]
     assert ratios["workbench_over_numpy_step_time"]["median"] > 0
     assert ratios["workbench_over_numpy_step_time"]["met"] is None  # not the reference size
-    if HAVE_TORCH:
-        assert result["contenders"]["torch"]["ms_per_step"]["median"] > 0
-        assert ratios["workbench_over_torch_throughput"]["median"] > 0
+
+
+@needs_torch
+def test_the_suite_times_torch_beside_the_others(step_report):
+    result = step_report["suites"]["step"]
+    row = result["contenders"]["torch"]
+    assert row["available"] and row["ms_per_step"]["median"] > 0
+    assert result["ratios"]["workbench_over_torch_throughput"]["median"] > 0
+
+
+PAGES = 256  # 1 MiB of 4 KiB pages
+
+
+class FreshPages:
+    """A unit of work with a known page-fault count: it maps anonymous memory straight from
+    the kernel (not the allocator's reused heap) and writes one byte per page, so each page
+    faults once. ``run``/``synchronize`` make it a contender, here or in a worker process."""
+
+    def run(self) -> None:
+        with mmap.mmap(-1, PAGES * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE) as memory:
+            if hasattr(mmap, "MADV_NOHUGEPAGE"):
+                memory.madvise(mmap.MADV_NOHUGEPAGE)  # one fault per page, not per huge page
+            for offset in range(0, len(memory), mmap.PAGESIZE):
+                memory[offset] = 1
+
+    def synchronize(self) -> None:
+        return None
+
+
+class Idle:
+    def run(self) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+
+@counts_faults
+def test_a_burst_counts_the_page_faults_of_its_steps():
+    # The figure responds to work: a step that touches PAGES fresh pages costs at least PAGES
+    # faults, a step that touches none costs next to nothing. (A figure that read the clock,
+    # or nothing, could not tell them apart.)
+    touching, idle = FreshPages(), Idle()
+    _, faults = Contender("pages", touching.run, touching.synchronize).burst(4)
+    _, idle_faults = Contender("idle", idle.run, idle.synchronize).burst(4)
+    assert PAGES <= faults < 2 * PAGES
+    assert idle_faults < PAGES / 8
+
+
+@counts_faults
+def test_a_worker_process_counts_its_own_page_faults():
+    # The suite's default: each contender in a worker process, which must count the faults
+    # of its own steps (not this process's).
+    workers = [ProcessContender(name, cls) for name, cls in (("pages", FreshPages), ("idle", Idle))]
+    try:
+        (_, faults), (_, idle_faults) = (worker.ready().burst(4) for worker in workers)
+    finally:
+        for worker in workers:
+            worker.close()
+    assert PAGES <= faults < 2 * PAGES
+    assert idle_faults < PAGES / 8
+
+
+def test_the_suite_reports_each_contenders_faults_per_step(capsys, monkeypatch):
+    # A fault counter that advances by 1000 between any two reads: every burst of 4 steps
+    # then counted 1000 faults, and the report must say 250 per step for every contender
+    # (the per-round figures, per step, not the seconds and not another contender's).
+    counter = itertools.count(step=1000)
+    monkeypatch.setattr(timing, "_minor_faults", lambda: next(counter))
+    flags = ["--rounds", "3", "--steps-per-round", "4", "--hidden", "8", "--batch-size", "8"]
+    result = _run_json(capsys, ["step", *flags, "--isolation", "none", "--json"])
+    rows = result["suites"]["step"]["contenders"]
+    available = [name for name, row in rows.items() if row["available"]]
+    assert {"workbench", "numpy"} <= set(available)
+    assert {name: rows[name]["page_faults_per_step"] for name in available} == {
+        name: 250.0 for name in available
+    }
 
 
 def test_without_torch_the_row_says_how_to_install_it(capsys, monkeypatch):

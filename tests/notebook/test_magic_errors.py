@@ -4,10 +4,16 @@ values; nothing starts, nothing is stored, no thread is left."""
 
 from __future__ import annotations
 
+import shlex
 import threading
 
 import pytest
 from IPython.core.error import UsageError
+
+from workbench.config import RUN_OPTIONS
+from workbench.launch.flags import build_parser
+from workbench.notebook.magics import SUBCOMMANDS
+from workbench.strategies import STRATEGIES
 
 # (line, cell or None, what the message must contain)
 MALFORMED = [
@@ -59,6 +65,7 @@ MALFORMED = [
     ("--compression float16", None, ["--compression", "mirrored"]),
     ("--hosts 0", None, ["--hosts"]),
     ("--stall-timeout 0", None, ["--stall-timeout"]),
+    ("--save /dev/null", None, ["--save", "/dev/null", "not a directory"]),
     ("--resume /no/such/checkpoint", None, ["--resume", "manifest.json"]),
     ("--frobnicate", None, ["--frobnicate", "unknown flag"]),
     (
@@ -78,6 +85,8 @@ MALFORMED = [
     ("status now", None, ["status", "no arguments"]),
     ("stop a b", None, ["stop", "at most one"]),
     ("stop nosuchrun", None, ["stop", "'nosuchrun'", "matches no run"]),
+    ("panel now", None, ["panel", "no arguments"]),
+    ("compare --devices 2", None, ["compare", "name the strategies first"]),
     ("list", "x = 1", ["list", "takes no cell"]),
     ("--steps 3", "", ["cell body is empty"]),  # IPython's own check
     ("--steps 3", "   \n  ", ["cell is empty"]),
@@ -93,8 +102,55 @@ MALFORMED = [
 ]
 
 
-def test_there_are_at_least_fifty_cases():
-    assert len(MALFORMED) >= 50
+def _words(line: str) -> list[str]:
+    try:
+        return shlex.split(line)
+    except ValueError:  # the case of a line the magic cannot split
+        return line.split()
+
+
+def _value_flags() -> dict[str, str]:
+    """Every flag of the parser behind ``%dtrain`` that takes a value, with its help text.
+    Flags without a value (``--help``, ``--json``) cannot be given a malformed one."""
+    return {
+        option: action.help or ""
+        for action in build_parser("%dtrain")._actions
+        if action.nargs != 0
+        for option in action.option_strings
+    }
+
+
+def test_every_flag_the_parser_knows_has_a_malformed_case():
+    # Derived from the parser, not from this table: a flag added to ``dtrain run`` without a
+    # case here (or a case whose message need not name its flag) fails this test.
+    named = {
+        flag
+        for line, _, expected in MALFORMED
+        for flag in _value_flags()
+        if flag in _words(line) and flag in expected
+    }
+    assert set(_value_flags()) - named == set()
+
+
+def test_every_fixed_set_flag_has_a_case_naming_an_allowed_value():
+    # The option rows behind the parser give each fixed set of values; a mistake must be
+    # answered with the allowed values, so some case for each such flag expects one of them.
+    fixed = {option.flag: set(option.choices) for option in RUN_OPTIONS if option.choices}
+    fixed.update(
+        (option.flag, set(option.choices))
+        for option in STRATEGIES.options().values()
+        if option.choices
+    )
+    fixed["--strategy"] = set(STRATEGIES.names())
+    assert set(fixed) <= set(_value_flags())
+    for flag, allowed in fixed.items():
+        cases = [expected for line, _, expected in MALFORMED if flag in _words(line)]
+        assert any(allowed & set(expected) for expected in cases), (flag, allowed)
+
+
+def test_every_subcommand_has_a_malformed_case():
+    first_words = {_words(line)[0] for line, _, _ in MALFORMED}
+    assert set(SUBCOMMANDS) - first_words == set()
 
 
 @pytest.mark.parametrize(("line", "cell", "expected"), MALFORMED)

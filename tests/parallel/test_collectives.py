@@ -65,18 +65,29 @@ def test_random_floats_give_the_same_bytes_on_every_rank(algorithm, size):
 @pytest.mark.parametrize("length", [8 * 9 * 5 * 7, 1000, 999])
 def test_ring_traffic_is_two_n_minus_one_over_n(size, length):
     _, transports = run_ranks(size, lambda r: np.ones(length, dtype=np.float32), "ring")
-    nbytes = length * 4
-    bounds = chunk_bounds(length, size)
+    itemsize = 4
+    # The ring cuts the tensor into N contiguous chunks whose lengths differ by at most one.
+    chunks = [hi - lo for lo, hi in chunk_bounds(length, size)]
+    assert sum(chunks) == length and max(chunks) - min(chunks) <= (length % size != 0)
     for rank, transport in enumerate(transports):
+        # Reduce-scatter: rank r sends every chunk but (r+1), the one it ends up owning, and
+        # receives every chunk but its own, r. All-gather: it sends every chunk but (r+2), the
+        # last one it receives, and receives every chunk but the one it owns, (r+1). Exact for
+        # every length, uneven chunks included.
+        sent = 2 * length - chunks[(rank + 1) % size] - chunks[(rank + 2) % size]
+        received = 2 * length - chunks[rank] - chunks[(rank + 1) % size]
+        assert transport.bytes_sent == sent * itemsize, (rank, transport.bytes_sent)
+        assert transport.bytes_received == received * itemsize, (rank, transport.bytes_received)
+        # What a rank receives is exactly what its left neighbour sent it.
+        assert transport.bytes_received == transports[(rank - 1) % size].bytes_sent
         if length % size == 0:
-            assert transport.bytes_sent == ring_bytes_per_rank(nbytes, size)
-        # Uneven chunks: the bytes are exactly those of the chunks the schedule sends.
-        sent_chunks = [(rank - s) % size for s in range(size - 1)]
-        sent_chunks += [(rank + 1 - s) % size for s in range(size - 1)]
-        planned = sum((bounds[c][1] - bounds[c][0]) * 4 for c in sent_chunks)
-        assert transport.bytes_sent == planned
-        assert abs(transport.bytes_sent - ring_bytes_per_rank(nbytes, size)) <= 2 * 4 * size
-        assert transport.bytes_received == transport.bytes_sent or length % size
+            assert transport.bytes_sent == ring_bytes_per_rank(length * itemsize, size)
+        # Uneven chunks: each rank is off 2(N-1)/N x S by at most two elements' bytes.
+        off = abs(transport.bytes_sent - ring_bytes_per_rank(length * itemsize, size))
+        assert off <= 2 * itemsize
+    # Every chunk travels N-1 hops in each of the two phases.
+    total = sum(transport.bytes_sent for transport in transports)
+    assert total == 2 * (size - 1) * length * itemsize
 
 
 def test_inplace_ring_reduces_into_the_callers_buffer():

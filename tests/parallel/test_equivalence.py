@@ -1,11 +1,14 @@
-"""Every synchronous strategy ends where the one-device oracle ends (DESIGN 3.2): 20 steps of
-the MLP on digits, float64 within 1e-10 relative, float32 within 1e-5."""
+"""Every synchronous strategy ends where the one-device oracle ends (docs/architecture.md,
+"Same data, same result"): 20 steps of the MLP on digits, float64 within 1e-10 relative,
+float32 within 1e-5. The mirrored
+all-reduce algorithms are told apart by how their traffic falls on the devices."""
 
 import numpy as np
 import pytest
 
 from workbench.config import RunConfig
 from workbench.launch.runner import run_training
+from workbench.parallel.collectives import ring_bytes_per_rank
 
 BASE = {"steps": 20, "hidden": (32, 16), "lr_decay": "none"}
 ORACLES: dict = {}
@@ -23,6 +26,26 @@ def assert_same_parameters(result, reference, tolerance):
         got = result.parameters[name]
         scale = np.max(np.abs(expected))
         assert np.max(np.abs(got - expected)) <= tolerance * scale, name
+
+
+def allreduce_bytes_per_rank(algorithm: str, devices: int, nbytes: int) -> list[float]:
+    """What each rank sends, and receives, in one all-reduce of ``nbytes`` (derived from the
+    algorithms, not read from the code)."""
+    if algorithm == "ring":
+        # Spread evenly: every rank sends 2(N-1)/N x S to its neighbour.
+        return [ring_bytes_per_rank(nbytes, devices)] * devices
+    if algorithm == "reduce-to-one":
+        # Concentrated on rank 0: it receives N-1 tensors and sends the sum back N-1 times;
+        # every other rank sends one tensor and receives one.
+        return [(devices - 1) * nbytes] + [nbytes] * (devices - 1)
+    # hierarchical-copy on one host: two groups of consecutive ranks. Members send their
+    # tensor to the group's leader and get the total back; the two leaders also run a ring
+    # between them (one tensor each way).
+    assert algorithm == "hierarchical-copy" and devices % 2 == 0
+    members = devices // 2
+    leader = (members - 1) * nbytes + ring_bytes_per_rank(nbytes, 2)
+    group = [leader] + [nbytes] * (members - 1)
+    return group + group
 
 
 CONFIGURATIONS = [
@@ -64,6 +87,17 @@ def test_float64_matches_one_device(flags, devices, no_leftover_processes):
         # Every device takes part in the traffic (a model-parallel device holding only a
         # reshape sends its activation but needs nothing back).
         assert device["bytes_sent"] + device["bytes_received"] > 0, device
+    if flags["strategy"] == "mirrored":
+        # One all-reduce of the float64 gradients per step (one bucket). With 2 devices the
+        # three algorithms move the same bytes (one tensor each way per device); with 4 the
+        # pattern tells them apart: ring even, hierarchical-copy heavier on the 2 leaders,
+        # reduce-to-one 3x on rank 0. Within 0.1%: the ring's chunks differ by one element.
+        gradient_bytes = sum(value.nbytes for value in oracle("float64").parameters.values())
+        per_step = allreduce_bytes_per_rank(flags["allreduce"], devices, gradient_bytes)
+        expected = [result.summary["steps"] * nbytes for nbytes in per_step]
+        per_device = result.summary["per_device"]
+        assert [d["bytes_sent"] for d in per_device] == pytest.approx(expected, rel=1e-3)
+        assert [d["bytes_received"] for d in per_device] == pytest.approx(expected, rel=1e-3)
 
 
 def test_float32_ring_matches_one_device(no_leftover_processes):
