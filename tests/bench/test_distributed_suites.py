@@ -127,6 +127,16 @@ def test_the_phase_breakdown_reads_the_event_log():
     _check_breakdown(figures, devices=2)
 
 
+def _check_timed(result: dict, names) -> None:
+    """Each named contender ran once and has positive throughput and step-time spreads."""
+    for name in names:
+        row = result["contenders"][name]
+        assert row["available"]
+        _positive_spread(row["samples_per_second"])
+        _positive_spread(row["ms_per_step"])
+        assert len(row["runs"]) == 1
+
+
 def test_ddp_suite_reports_every_contender(results):
     result = results["ddp"]
     assert {"suite", "settings", "contenders", "ratios"} <= set(result)
@@ -134,12 +144,7 @@ def test_ddp_suite_reports_every_contender(results):
     assert settings["layers"] == [784, 16, 10] and settings["per_device_batch"] == 8
     assert settings["warmup_steps"] == 3 and settings["timed_steps"] == 27
     assert set(result["contenders"]) == {"mirrored", "ddp", "one_device", "torch"}
-    for name in ("mirrored", "one_device"):
-        row = result["contenders"][name]
-        assert row["available"]
-        _positive_spread(row["samples_per_second"])
-        _positive_spread(row["ms_per_step"])
-        assert len(row["runs"]) == 1
+    _check_timed(result, ("mirrored", "one_device"))
     for name, devices in (("mirrored", settings["devices"]), ("one_device", 1)):
         row = result["contenders"][name]
         _check_breakdown(row["phases_ms"], devices)
@@ -155,12 +160,7 @@ def test_ddp_suite_reports_every_contender(results):
 @needs_torch
 def test_ddp_suite_times_the_pytorch_peers(results):
     result = results["ddp"]
-    for name in ("ddp", "torch"):
-        row = result["contenders"][name]
-        assert row["available"]
-        _positive_spread(row["samples_per_second"])
-        _positive_spread(row["ms_per_step"])
-        assert len(row["runs"]) == 1
+    _check_timed(result, ("ddp", "torch"))
     ratio = result["ratios"]["workbench_over_ddp_throughput"]
     assert ratio["median"] > 0 and ratio["target_min"] == 1.0
     assert isinstance(ratio["met"], bool)
