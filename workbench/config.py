@@ -27,6 +27,7 @@ from workbench.optim import DECAY_RULES, OPTIMIZER_NAMES, SCALING_RULES
 
 DTYPE_NAMES = ("float32", "float64")
 DEVICE_TYPE_NAMES = ("auto", "cpu", "gpu")
+PROTOCOL_NAMES = ("tcp", "ucx")
 DEFAULT_EPOCHS = 10
 
 
@@ -129,6 +130,7 @@ class RunConfig:
     dtype: str = "float32"
     device_type: str = "auto"
     cluster: str | None = None
+    protocol: str = "tcp"
     save: str | None = None
     resume: str | None = None
     warmup_steps: int = 0
@@ -238,6 +240,12 @@ RUN_OPTIONS: tuple[Option, ...] = (
     _run_option("dtype", str, "floating-point type", choices=DTYPE_NAMES),
     _run_option("device_type", str, "device type", choices=DEVICE_TYPE_NAMES),
     _run_option("cluster", str, "address of an existing Dask scheduler"),
+    _run_option(
+        "protocol",
+        str,
+        "comms of the cluster the workbench starts (ucx: device-to-device on GPUs)",
+        choices=PROTOCOL_NAMES,
+    ),
     _run_option("save", str, "directory to write a checkpoint to"),
     _run_option("resume", str, "checkpoint directory to continue from"),
     _run_option("warmup_steps", int, "linear learning-rate warm-up steps", minimum=0),
@@ -276,6 +284,12 @@ def check_run_options(config: RunConfig) -> None:
         raise ConfigError("--dataset", f"{error} (forms: {', '.join(DATASET_FORMS)})") from None
     if kind in ("mnist", "fashion-mnist", "cifar10") and not Path(argument).expanduser().is_dir():
         raise ConfigError("--dataset", f"{kind} directory {argument} does not exist")
+    if config.cluster is not None and config.protocol != "tcp":
+        raise ConfigError(
+            "--protocol",
+            f"chooses the comms of a cluster the workbench starts; the cluster at "
+            f"{config.cluster} already uses its own (its address says which)",
+        )
     if config.epochs is not None and config.steps is not None:
         raise ConfigError("--epochs", "give either --epochs or --steps, not both")
     if config.lr is not None and (

@@ -46,8 +46,9 @@ class EventLog:
         end: float,
         bytes: int = 0,
         bytes_received: int = 0,
+        path: str = "",
     ) -> None:
-        self.emit(PhaseEvent(device, phase, step, start, end, bytes, bytes_received))
+        self.emit(PhaseEvent(device, phase, step, start, end, bytes, bytes_received, path))
 
     def scalar(
         self, name: str, step: int, value: float, time: float, device: str | None = None

@@ -14,7 +14,10 @@ COMMUNICATION_PHASES = ("send", "recv", "allreduce", "ps-push", "ps-pull")
 class PhaseEvent:
     """Device ``device`` spent [start, end) (seconds since the run started, wall clock) in
     ``phase`` during global step ``step``, sending ``bytes`` and receiving ``bytes_received``
-    over the wire (both 0 for compute)."""
+    over the wire (both 0 for compute). ``path`` says how those bytes travelled, e.g.
+    ``shared-memory`` or ``tcp`` between CPU devices, ``host-staged:shared-memory``,
+    ``host-staged:tcp``, ``device:ucx`` or ``device:nccl`` between GPU devices ("" when
+    nothing moved)."""
 
     device: str
     phase: str
@@ -23,6 +26,7 @@ class PhaseEvent:
     end: float
     bytes: int = 0
     bytes_received: int = 0
+    path: str = ""
 
     @property
     def duration(self) -> float:

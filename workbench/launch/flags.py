@@ -93,7 +93,7 @@ def parse_run_flags(argv: Sequence[str], prog: str = "dtrain run") -> RunConfig:
     >>> parse_run_flags(["--steps", "5", "--hidden", "32,16"]).hidden
     (32, 16)
     >>> parse_run_flags(["--strategy", "mirrored", "--devices", "2"]).allreduce
-    'ring'
+    'auto'
     """
     namespace = build_parser(prog).parse_args(list(argv))
     return validate_config(RunConfig(**vars(namespace)))

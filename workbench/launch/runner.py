@@ -23,6 +23,7 @@ from workbench.models import Sequential, build_model
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.runtime import array_module, resolve_device_type
 from workbench.strategies import STRATEGIES, StrategyDefinition, validate_config
+from workbench.strategies.cluster_strategy import ClusterStrategy
 from workbench.training.job import Progress, TrainingJob, evaluate_on_test
 
 # A checkpoint continues the same run only if these match: they decide the model, the data
@@ -104,7 +105,11 @@ def prepare_run(config: RunConfig, model: Sequential | None = None) -> PreparedR
     config = validate_config(config)
     if config.cluster is not None:
         check_scheduler_reachable(config.cluster)
-    device_type = resolve_device_type(config.device_type)
+    strategy = STRATEGIES[config.strategy]
+    # A run in this process uses this machine's device; a cluster run's device type is decided
+    # by its workers' reports (workbench/runtime/device_probe.py), which may be elsewhere.
+    in_process = not isinstance(strategy, ClusterStrategy)
+    device_type = resolve_device_type(config.device_type) if in_process else config.device_type
     checkpoint = load_checkpoint(config.resume) if config.resume else None
     if checkpoint is not None:
         _check_resume(config, checkpoint.config)
@@ -132,7 +137,6 @@ def prepare_run(config: RunConfig, model: Sequential | None = None) -> PreparedR
     if first_step > steps:
         raise ConfigError("--steps", f"the checkpoint is already at step {first_step} > {steps}")
     schedule = LearningRateSchedule.from_config(config, optimizer, steps)
-    strategy = STRATEGIES[config.strategy]
     strategy.check_model(config, model)
 
     job = TrainingJob(
@@ -145,7 +149,7 @@ def prepare_run(config: RunConfig, model: Sequential | None = None) -> PreparedR
         first_step=first_step,
         total_steps=steps,
         device_type=device_type,
-        xp=array_module(device_type),
+        xp=array_module(device_type) if in_process else np,
         initial_parameters=checkpoint.params if checkpoint else None,
         initial_optimizer_state=checkpoint.optimizer_state if checkpoint else None,
         observers=[DashboardObserver()],  # a cluster run's events reach its dashboard pages
@@ -163,6 +167,7 @@ def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> Run
         f"of batch {config.batch_size}, {config.dtype}, {device_type}"
     )
     trained = strategy.train(config, job, log, progress)
+    device_type = job.device_type  # a cluster run's, as its workers decided
     test_loss, test_accuracy = evaluate_on_test(job, trained, log)
     parameters, optimizer_state = trained.parameters(), trained.optimizer_state()
     losses = log.scalars("loss")

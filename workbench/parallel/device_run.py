@@ -85,12 +85,18 @@ def run_on_devices(
         scheduler_options.update(observer.scheduler_options())
     with (
         start_cluster(
-            devices, job.device_type, config.cluster, jobs=jobs, scheduler_options=scheduler_options
+            devices,
+            job.device_type,
+            config.cluster,
+            jobs=jobs,
+            scheduler_options=scheduler_options,
+            protocol=config.protocol,
         ) as session,
         contextlib.ExitStack() as watching,  # left before the cluster closes
     ):
         for observer in job.observers:  # e.g. events -> the dashboard's pages
             watching.enter_context(observer.watch(session, strategy, job, log, progress))
+        job.device_type = session.device_type  # decided by the workers' reports
         job.dashboard_link = session.dashboard_link
         job.scheduler_address = getattr(session.client.scheduler, "address", None)
         if session.dashboard_link:

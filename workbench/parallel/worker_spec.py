@@ -11,11 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from workbench.config import RunConfig
 from workbench.optim import init_slots
 from workbench.runtime.cluster import ClusterSession
+from workbench.runtime.device_arrays import DeviceArrays
 from workbench.training.job import TrainingJob
 
 
@@ -31,6 +30,7 @@ class WorkerSpec:
     device_names: tuple[str, ...]
     clock_origin: float
     total_steps: int
+    device_type: str = "cpu"  # the run's, decided by the workers' reports
     model: Any = None  # the Sequential to train (built once by the client, pickled here)
     reads_own_data: bool = True  # between-graph; False: the client feeds batches (in-graph)
     initial_parameters: dict | None = None
@@ -39,6 +39,14 @@ class WorkerSpec:
     @property
     def run_config(self) -> RunConfig:
         return RunConfig.from_dict(self.config)
+
+    @property
+    def device(self) -> str:
+        return self.device_names[self.rank]
+
+    def device_arrays(self) -> DeviceArrays:
+        """This device's array module, looked up in the worker process that runs it."""
+        return DeviceArrays.for_kind(self.device_type, self.device)
 
 
 def make_worker_spec(
@@ -58,6 +66,7 @@ def make_worker_spec(
         device_names=tuple(session.device_names),
         clock_origin=job.clock_origin,
         total_steps=job.total_steps,
+        device_type=session.device_type,
         model=job.model,
         reads_own_data=reads_own_data,
         initial_parameters=job.initial_parameters,
@@ -65,9 +74,10 @@ def make_worker_spec(
     )
 
 
-def initial_state(spec: WorkerSpec, optimizer, names=None) -> dict[str, np.ndarray]:
-    """Writable variables and optimizer slots for ``names`` (default: every parameter): the
-    resumed checkpoint's if there is one, else freshly initialised from the run's seed."""
+def initial_state(spec: WorkerSpec, optimizer, device: DeviceArrays, names=None) -> dict[str, Any]:
+    """Writable variables and optimizer slots for ``names`` (default: every parameter), on
+    ``device``: the resumed checkpoint's if there is one, else freshly initialised from the
+    run's seed."""
     config = spec.run_config
     params = spec.initial_parameters or spec.model.init_parameters(config.seed, config.dtype)
     if names is not None:
@@ -75,4 +85,15 @@ def initial_state(spec: WorkerSpec, optimizer, names=None) -> dict[str, np.ndarr
     slots = init_slots(optimizer, params)
     if spec.initial_optimizer_state:
         slots = {name: spec.initial_optimizer_state[name] for name in slots}
-    return {name: np.array(value, copy=True) for name, value in {**params, **slots}.items()}
+    return {name: device.to_device(value) for name, value in {**params, **slots}.items()}
+
+
+def host_snapshot(device: DeviceArrays, state: dict[str, Any], names) -> dict[str, dict]:
+    """Host copies of a device's variables (``names``) and its other entries (optimizer
+    slots): what the client gathers at the end of a run."""
+    names = set(names)
+    tensors = {n: v for n, v in state.items() if not n.startswith("__")}  # not the rendezvous
+    return {
+        "parameters": {n: device.to_host(v) for n, v in tensors.items() if n in names},
+        "optimizer_state": {n: device.to_host(v) for n, v in tensors.items() if n not in names},
+    }

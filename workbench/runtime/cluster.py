@@ -13,7 +13,9 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from workbench.runtime.device_probe import decide_device_type, describe_device
 from workbench.runtime.devices import DeviceError, device_name
+from workbench.runtime.gpu_runtime import gpu_runtime, missing_gpu_reason
 from workbench.runtime.shared_memory import unlink_run_segments
 from workbench.runtime.worker_service import DeviceService
 
@@ -46,24 +48,54 @@ class ClusterSession:
             raise ClusterError(f"closing the cluster failed: {errors[0]}")
 
 
-def _local_cluster(devices: int, device_type: str, scheduler_options: dict):
+def local_device_type(requested: str, devices: int) -> str:
+    """The device type of a local cluster of ``devices`` workers on this machine, decided
+    before it starts: ``gpu`` needs a GPU per device, ``auto`` takes GPUs only if there are
+    enough for every device."""
+    if requested == "cpu":
+        return "cpu"
+    runtime = gpu_runtime()
+    available = runtime.device_count() if runtime is not None else 0
+    if requested == "auto":
+        return "gpu" if runtime is not None and devices <= available else "cpu"
+    if runtime is None:
+        raise DeviceError(f"--device-type: gpu was requested but {missing_gpu_reason()}")
+    if devices > available:
+        raise DeviceError(
+            f"--devices: {devices} GPU devices requested but this machine has {available} GPUs"
+        )
+    return "gpu"
+
+
+def _check_protocol(protocol: str) -> None:
+    from distributed.comm.registry import get_backend
+
+    try:
+        get_backend(protocol)
+    except ValueError:
+        raise DeviceError(
+            f"--protocol: {protocol} is not available here; it needs the distributed-ucxx "
+            "package (pip install distributed-ucxx-cu12), or use tcp"
+        ) from None
+
+
+def _local_cluster(devices: int, device_type: str, scheduler_options: dict, protocol: str = "tcp"):
+    if protocol != "tcp":
+        _check_protocol(protocol)
+    if device_type == "gpu":
+        runtime = gpu_runtime()
+        assert runtime is not None  # local_device_type decided gpu
+        return runtime.local_cluster(devices, protocol, scheduler_options)
+    return local_cpu_cluster(devices, protocol, scheduler_options)
+
+
+def local_cpu_cluster(devices: int, protocol: str, scheduler_options: dict):
+    """A local cluster of ``devices`` single-threaded worker processes on 127.0.0.1."""
     import os
 
     import dask
     from distributed import LocalCluster
 
-    if device_type == "gpu":
-        try:
-            from dask_cuda import LocalCUDACluster
-        except ImportError as error:
-            raise DeviceError(f"--device-type gpu needs dask-cuda: {error}") from None
-        return LocalCUDACluster(
-            n_workers=devices,
-            threads_per_worker=1,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",
-            scheduler_kwargs=scheduler_options,  # e.g. the dashboard pages' preload
-        )
     # The worker environment, set before each worker process is spawned (glibc reads its
     # malloc variables at process start, BLAS its thread counts at import). One BLAS/OpenMP
     # thread per worker: a worker is one device running one kernel stream. glibc's malloc
@@ -100,6 +132,7 @@ def _local_cluster(devices: int, device_type: str, scheduler_options: dict):
                 host="127.0.0.1",
                 dashboard_address="127.0.0.1:0",
                 memory_limit=0,
+                protocol=protocol,
                 scheduler_kwargs=scheduler_options,  # e.g. the dashboard pages' preload
             )
     finally:
@@ -123,12 +156,15 @@ def start_cluster(
     connect_timeout: float = 10.0,
     jobs: tuple[tuple[str, int], ...] | None = None,
     scheduler_options: dict | None = None,
+    protocol: str = "tcp",
 ) -> Iterator[ClusterSession]:
     """Yield a :class:`ClusterSession` with ``devices`` workers; close what was started.
 
     ``jobs`` names the devices by TF job, e.g. ``(("worker", 2), ("ps", 1))`` gives
     ``/job:worker/task:0``, ``/job:worker/task:1``, ``/job:ps/task:0`` (default: all workers).
-    ``scheduler_options`` go to the scheduler of a cluster started here.
+    ``scheduler_options`` go to the scheduler of a cluster started here, ``protocol`` is its
+    comms. ``device_type`` (``auto``, ``cpu``, ``gpu``) is decided where the work runs: every
+    worker of the run reports its device (:mod:`workbench.runtime.device_probe`).
     """
     jobs = jobs or (("worker", devices),)
     from distributed import Client
@@ -137,7 +173,8 @@ def start_cluster(
     client = session = None
     try:
         if address is None:
-            cluster = _local_cluster(devices, device_type, scheduler_options or {})
+            device_type = local_device_type(device_type, devices)  # before anything starts
+            cluster = _local_cluster(devices, device_type, scheduler_options or {}, protocol)
             owned.append(cluster)
             client = Client(cluster, set_as_default=False)
         else:
@@ -155,6 +192,13 @@ def start_cluster(
         # Rank order = worker name order, so ranks are stable across runs.
         ordered = sorted(workers, key=lambda addr: _rank_key(workers[addr].get("name", addr)))
         ordered = ordered[:devices]
+        reports = client.run(describe_device, workers=ordered)
+        device_type = decide_device_type(
+            device_type,
+            {address: reports[address] for address in ordered},
+            devices,
+            [f"worker {workers[address].get('name', address)} ({address})" for address in ordered],
+        )
         client.register_plugin(DeviceService())
         session = ClusterSession(
             client=client,

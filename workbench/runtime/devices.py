@@ -1,70 +1,77 @@
-"""Which device type a run uses and the array module (NumPy or CuPy) that goes with it.
+"""Which device type a run uses, the array module (NumPy or CuPy) that goes with it, and the
+copies between host and device.
 
-GPU packages are optional: they are imported only when a GPU run is asked for or detected.
+GPU packages are optional: they are reached through :mod:`workbench.runtime.gpu_runtime`,
+only when a GPU run is asked for or detected.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
+import numpy as np
 
-class DeviceError(RuntimeError):
-    pass
+from workbench.runtime.gpu_runtime import DeviceError, gpu_runtime, missing_gpu_reason
+
+__all__ = ["DeviceError"]
 
 
 def gpu_count() -> int:
-    """NVML's count of GPUs; 0 on machines without NVIDIA drivers (never raises)."""
-    try:
-        from distributed.diagnostics import nvml
-
-        return int(nvml.device_get_count())
-    except Exception:
-        return 0
-
-
-def _cupy() -> ModuleType | None:
-    try:
-        import cupy
-
-        return cupy
-    except Exception:
-        return None
+    """The GPUs this process can use (0 without a GPU or without CuPy; never raises)."""
+    runtime = gpu_runtime()
+    return runtime.device_count() if runtime is not None else 0
 
 
 def resolve_device_type(requested: str) -> str:
-    """``cpu`` or ``gpu`` for ``--device-type auto|cpu|gpu``; a GPU request without a usable
-    GPU and CuPy is an error that says which part is missing."""
+    """``cpu`` or ``gpu`` for ``--device-type auto|cpu|gpu`` on this machine; a GPU request
+    without a usable GPU and CuPy is an error that says which part is missing."""
     if requested == "cpu":
         return "cpu"
-    usable = gpu_count() > 0 and _cupy() is not None
+    usable = gpu_runtime() is not None
     if requested == "gpu" and not usable:
-        missing = "no NVIDIA GPU was found" if gpu_count() == 0 else "CuPy is not installed"
         raise DeviceError(
-            f"--device-type: gpu was requested but {missing}; install the 'gpu' extra "
-            "(pip install 'dtrain-workbench[gpu]') on a machine with a GPU, or use cpu"
+            f"--device-type: gpu was requested but {missing_gpu_reason()}; install the 'gpu' "
+            "extra (pip install 'dtrain-workbench[gpu]') on a machine with a GPU, or use cpu"
         )
     return "gpu" if usable else "cpu"
 
 
 def array_module(device_type: str) -> ModuleType:
-    if device_type == "gpu":
-        import cupy
+    """NumPy for ``cpu``; the GPU runtime's array module (CuPy) for ``gpu``."""
+    if device_type != "gpu":
+        return np
+    runtime = gpu_runtime()
+    if runtime is None:
+        raise DeviceError(f"--device-type: gpu, but on this machine {missing_gpu_reason()}")
+    return runtime.array_module
 
-        return cupy
-    import numpy
 
-    return numpy
+def array_namespace(array: Any) -> ModuleType:
+    """The array module an array belongs to (NumPy, CuPy, or another with CuPy's interface).
+
+    Examples
+    --------
+    >>> array_namespace(np.zeros(2)).__name__
+    'numpy'
+    """
+    if isinstance(array, (np.ndarray, np.generic)):
+        return np
+    runtime = gpu_runtime()
+    if runtime is not None and isinstance(array, runtime.array_module.ndarray):
+        return runtime.array_module
+    namespace = getattr(array, "__array_namespace__", None)
+    if namespace is None:
+        raise TypeError(f"not an array of a known array module: {type(array).__name__}")
+    return namespace()
 
 
 def to_host(array):
-    """A NumPy copy of a NumPy or CuPy array (a copy even on the CPU: variables are updated in
-    place, and a snapshot must not change with them)."""
-    get = getattr(array, "get", None)
-    if get is not None and type(array).__module__.startswith("cupy"):
-        return get()
-    import numpy
-
-    return numpy.array(array, copy=True)
+    """A NumPy copy of a NumPy or device array (a copy even on the CPU: variables are updated
+    in place, and a snapshot must not change with them)."""
+    if isinstance(array, (np.ndarray, np.generic)):
+        return np.array(array, copy=True)
+    return array_namespace(array).asnumpy(array)
 
 
 def device_name(device_type: str, task: int = 0, index: int = 0, job: str = "worker") -> str:

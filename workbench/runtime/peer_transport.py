@@ -6,6 +6,13 @@ stored it, so the sender may reuse its buffer. A NumPy tensor for a peer on the 
 through a shared-memory channel instead (``workbench/runtime/shared_memory_channel.py``): one
 copy into a segment and a line in a FIFO, no RPC, and ``send`` returns without waiting for the
 peer. Set ``DTRAIN_SHARED_MEMORY=0`` in the workers' environment to measure without it.
+
+On GPU devices the tensors are device arrays. Between workers on one host they are staged
+through host memory into the same channel (one device-to-host copy, one host-to-device copy on
+the receiver); otherwise the device array itself goes to Dask's comms, whose serializers move
+it device to device with UCX (``--protocol ucx``) or through the host over TCP. Every send
+records its route, ``host-staged:shared-memory``, ``host-staged:tcp``, ``device:ucx`` (or, on
+CPUs, ``shared-memory``, ``tcp``), and the events carry it.
 ``recv`` waits on the local mailbox and fails with an error naming the peer device and the
 step when the peer stalls or dies; ``recv_into`` adds (or copies) a tensor straight out of the
 sender's segment into a buffer of the caller's, which is how the ring all-reduce reduces.
@@ -22,6 +29,7 @@ from distributed.comm.addressing import get_address_host
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 
+from workbench.runtime.device_arrays import DeviceArrays
 from workbench.runtime.shared_memory_channel import SharedMessage, probe_path
 from workbench.runtime.transport import StallError, apply_received
 from workbench.runtime.worker_service import PROBE_HANDLER, SEND_HANDLER, device_service
@@ -40,8 +48,11 @@ class PeerTransport:
         addresses: Sequence[str],
         device_names: Sequence[str],
         stall_timeout: float,
+        device: DeviceArrays | None = None,
     ) -> None:
         self.run_id, self.rank, self.size = run_id, rank, len(addresses)
+        self.device = device if device is not None else DeviceArrays.for_kind("cpu")
+        self.routes: dict[int, str] = {}  # peer -> how the last tensor to it travelled
         self.addresses, self.device_names = list(addresses), list(device_names)
         self.stall_timeout = stall_timeout
         self.step: int | None = None
@@ -49,6 +60,7 @@ class PeerTransport:
         self._in_flight: list = []
         self._service = device_service()
         self._worker = self._service.worker
+        self._wire = self._worker.address.split("://", 1)[0]  # tcp, ucx, ...
         enabled = os.environ.get("DTRAIN_SHARED_MEMORY", "1") != "0"
         host = get_address_host(self._worker.address)
         # Peers on this host, whose channels may work; each is probed before its first send.
@@ -68,7 +80,10 @@ class PeerTransport:
     def send(self, peer: int, key: str, array: Any) -> None:
         full_key = self._key(self.rank, peer, key)
         try:
-            if not self._send_shared(peer, full_key, array):
+            if self._send_shared(peer, full_key, array):
+                self._record(peer, array, "shared-memory")
+            else:
+                self._record(peer, array, self._wire)
                 sync(
                     self._worker.loop,
                     getattr(self._worker.rpc(self.addresses[peer]), SEND_HANDLER),
@@ -95,15 +110,25 @@ class PeerTransport:
                 self._shared_peers.discard(peer)  # TCP from now on
                 return False
             self._probed.add(peer)
+        if not isinstance(array, np.ndarray):
+            array = self.device.to_host(array)  # staged: the segment is host memory
         channel.send(full_key, array, self.stall_timeout)  # ChannelStalled names no peer
         return True
 
     def _channel_applies(self, peer: int, array: Any) -> bool:
-        return (
-            peer in self._shared_peers
-            and isinstance(array, np.ndarray)
-            and not array.dtype.hasobject
-        )
+        return peer in self._shared_peers and not array.dtype.hasobject
+
+    def _record(self, peer: int, array: Any, wire: str) -> None:
+        if isinstance(array, np.ndarray):
+            self.routes[peer] = wire
+        elif wire == "ucx":
+            self.routes[peer] = "device:ucx"  # UCX moves CUDA buffers without the host
+        else:
+            self.routes[peer] = f"host-staged:{wire}"
+
+    def paths_taken(self) -> str:
+        """The routes tensors from this rank have taken so far, e.g. ``shared-memory``."""
+        return "+".join(sorted(set(self.routes.values())))
 
     def send_async(self, peer: int, key: str, array: Any) -> Any:
         """Start sending and return at once (a future); the caller must not modify ``array``
@@ -115,6 +140,7 @@ class PeerTransport:
             self.send(peer, key, array)
             return None
         full_key = self._key(self.rank, peer, key)
+        self._record(peer, array, self._wire)
         rpc = self._worker.rpc(self.addresses[peer])
         coroutine = getattr(rpc, SEND_HANDLER)(key=full_key, payload=to_serialize(array))
         future = asyncio.run_coroutine_threadsafe(coroutine, self._worker.loop.asyncio_loop)
@@ -135,13 +161,18 @@ class PeerTransport:
                 ) from error
 
     def recv(self, peer: int, key: str) -> Any:
+        """The tensor, on this rank's device (a staged one is copied to it)."""
         message = self._take(peer, key)
-        return message.copy() if isinstance(message, SharedMessage) else message
+        if isinstance(message, SharedMessage):
+            return message.take(self.device.to_device)
+        return message
 
     def recv_into(self, peer: int, key: str, out: Any, add_to: Any = None) -> None:
         """Receive a tensor shaped like ``out`` and store ``add_to + tensor`` (or the tensor)
-        in ``out``; from shared memory in one pass, without an intermediate copy."""
+        in ``out``; on CPUs from shared memory in one pass, without an intermediate copy."""
         message = self._take(peer, key)
+        if isinstance(message, SharedMessage) and self.device.on_gpu:
+            message = message.take(self.device.to_device)  # staged: host -> device once
         if not isinstance(message, SharedMessage):
             apply_received(out, message, add_to)
         elif add_to is None:

@@ -173,6 +173,10 @@ class SharedMessage:
     def copy(self) -> np.ndarray:
         return self._consume(lambda view: view.copy())
 
+    def take(self, convert: Callable[[np.ndarray], Any]) -> Any:
+        """``convert(view)``, which must copy (e.g. to a device), then the segment goes back."""
+        return self._consume(convert)
+
     def add_into(self, out: np.ndarray, addend: np.ndarray) -> None:
         """``out = addend + tensor`` (``out`` may be ``addend``)."""
         self._consume(lambda view: np.add(addend, view, out=out))

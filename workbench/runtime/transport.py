@@ -13,7 +13,7 @@ import threading
 from collections import defaultdict
 from typing import Any, Protocol
 
-import numpy as np
+from workbench.runtime.devices import array_namespace
 
 
 class StallError(TimeoutError):
@@ -37,7 +37,7 @@ def apply_received(out: Any, value: Any, add_to: Any = None) -> None:
     if add_to is None:
         out[...] = value
     else:
-        np.add(add_to, value, out=out)  # a CuPy array dispatches to CuPy
+        array_namespace(out).add(add_to, value, out=out)
 
 
 def recv_into(transport: Transport, peer: int, key: str, out: Any, add_to: Any = None) -> None:

@@ -9,7 +9,7 @@ updates. The device side is :mod:`workbench.parallel.data_parallel.replica`.
 
 from __future__ import annotations
 
-from workbench.config import RunConfig
+from workbench.config import ConfigError, RunConfig
 from workbench.parallel.collectives import even_groups
 from workbench.parallel.data_parallel.replica import ReplicaSpec, run_replica_steps, setup_replica
 from workbench.parallel.device_run import DevicePlan
@@ -26,8 +26,8 @@ class DataParallel(ClusterStrategy):
 
     central_storage = False  # variables kept and updated on rank 0 only
 
-    def algorithm(self, config: RunConfig) -> str:
-        """The all-reduce algorithm (``--allreduce`` values)."""
+    def algorithm(self, config: RunConfig, device_type: str) -> str:
+        """The all-reduce algorithm (``--allreduce`` values) on ``device_type`` devices."""
         return "ring"
 
     def group_count(self, config: RunConfig) -> int:
@@ -53,11 +53,18 @@ class DataParallel(ClusterStrategy):
         self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress
     ) -> DevicePlan:
         replicas = len(session.addresses)
+        algorithm = self.algorithm(config, session.device_type)
+        if algorithm == "nccl" and session.device_type != "gpu":
+            raise ConfigError(
+                "--allreduce",
+                "nccl reduces GPU buffers, but this run's devices are CPUs "
+                "(ring, hierarchical-copy, reduce-to-one work on both)",
+            )
         specs = [
             ReplicaSpec(
                 worker=make_worker_spec(session, job, rank, replicas),
                 stall_timeout=config.stall_timeout,
-                algorithm=self.algorithm(config),
+                algorithm=algorithm,
                 groups=self.groups(config, session.addresses),
                 central_storage=self.central_storage,
                 bucket_bytes=int(config.bucket_mb * 2**20),

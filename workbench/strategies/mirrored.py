@@ -1,13 +1,15 @@
 """``mirrored``: TF's ``MirroredStrategy`` on Dask workers.
 
 Variables are mirrored on every device; gradients are all-reduced with ``--allreduce``:
-``ring`` (the NCCL-style default), ``hierarchical-copy`` (reduce in two groups, ring between
-the group leaders, broadcast back) or ``reduce-to-one`` (one device sums and broadcasts).
+``nccl`` (NCCL on the GPUs' device buffers; the default on GPUs, as in TF), ``ring`` (the
+workbench's own, the default on CPUs), ``hierarchical-copy`` (reduce in two groups, ring
+between the group leaders, broadcast back) or ``reduce-to-one`` (one device sums and
+broadcasts).
 """
 
 from __future__ import annotations
 
-from workbench.config import RunConfig
+from workbench.config import ConfigError, RunConfig
 from workbench.strategies.data_parallel import DataParallel
 from workbench.strategies.options import ALLREDUCE, BUCKET_MB, COMPRESSION
 
@@ -17,8 +19,25 @@ class Mirrored(DataParallel):
     description = "sync data parallel on one host: variables mirrored, gradients all-reduced"
     options = (ALLREDUCE, BUCKET_MB, COMPRESSION)
 
-    def algorithm(self, config: RunConfig) -> str:
-        return config.allreduce
+    def algorithm(self, config: RunConfig, device_type: str) -> str:
+        if config.allreduce != "auto":
+            return config.allreduce
+        # NCCL sums in the type it moves, so float16 on the wire keeps the workbench's ring.
+        gpu = device_type == "gpu" and config.compression == "none"
+        return "nccl" if gpu else "ring"
+
+    def check_config(self, config: RunConfig) -> None:
+        super().check_config(config)
+        if config.allreduce == "nccl" and config.compression != "none":
+            raise ConfigError(
+                "--compression",
+                f"{config.compression} needs an all-reduce that sums in full precision "
+                "(ring, hierarchical-copy, reduce-to-one); NCCL sums in the type it moves",
+            )
 
     def compression(self, config: RunConfig) -> str:
         return config.compression
+
+    def summary_fields(self, config: RunConfig, log, devices: list[str]) -> dict:
+        on_gpu = any("device:GPU" in device for device in devices)
+        return {"allreduce": self.algorithm(config, "gpu" if on_gpu else "cpu")}

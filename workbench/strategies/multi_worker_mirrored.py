@@ -27,7 +27,7 @@ class MultiWorkerMirrored(DataParallel):
                 f"{config.hosts} hosts need at least as many devices, got {config.devices}",
             )
 
-    def algorithm(self, config: RunConfig) -> str:
+    def algorithm(self, config: RunConfig, device_type: str) -> str:
         return "hierarchical-copy"
 
     def group_count(self, config: RunConfig) -> int:

@@ -12,12 +12,13 @@ from workbench.parallel.collectives.compression import COMPRESSION_NAMES
 from workbench.parallel.parameter_server import PARAMETER_SERVER_MODES, REPLICATION_NAMES
 from workbench.parallel.pipeline import SCHEDULE_NAMES
 
+# ``auto``: NCCL on GPU devices (TF MirroredStrategy's default there), ring on CPUs.
 ALLREDUCE = Option(
     "allreduce",
     str,
-    "ring",
-    "all-reduce algorithm",
-    choices=ALLREDUCE_ALGORITHMS,
+    "auto",
+    "all-reduce algorithm (auto: nccl on GPUs, ring on CPUs)",
+    choices=("auto", *ALLREDUCE_ALGORITHMS, "nccl"),
     noun="all-reduce algorithm",
     label="all-reduce",
 )

@@ -83,6 +83,7 @@ class ParameterServer(ClusterStrategy):
                 model=model,
                 device=session.device_names[shard_ranks[k]],
                 clock_origin=job.clock_origin,
+                device_type=session.device_type,
             )
             for k in range(shards)
         ]

@@ -23,7 +23,7 @@ def validate_config(config: RunConfig) -> RunConfig:
     Examples
     --------
     >>> validate_config(RunConfig(strategy="mirrored", devices=2)).allreduce
-    'ring'
+    'auto'
     >>> try:
     ...     validate_config(RunConfig(optimizer="rmsprop"))
     ... except ConfigError as error:

@@ -42,8 +42,8 @@ class TrainingJob:
     schedule: LearningRateSchedule
     first_step: int
     total_steps: int
-    device_type: str
-    xp: Any
+    device_type: str  # cluster runs: as asked until the workers' reports decide it
+    xp: Any  # the array module of a run in this process (one-device)
     initial_parameters: dict[str, np.ndarray] | None = None
     initial_optimizer_state: dict[str, np.ndarray] | None = None
     stop: threading.Event = field(default_factory=threading.Event)
@@ -78,7 +78,9 @@ def evaluate_on_test(job: TrainingJob, trained: TrainedModel, log) -> tuple[floa
     Cluster runs call it before their cluster closes, so the test point also reaches the
     dashboard's pages; later calls return the same result."""
     if job.test_result is None:
-        model, dataset, xp = job.model, job.dataset, job.xp
+        # The trained model's own array module: a cluster run's variables are gathered on the
+        # host (NumPy) whatever its devices were.
+        model, dataset, xp = job.model, job.dataset, getattr(trained, "xp", np)
         inputs = dataset.x_test.astype("int64" if model.takes_integer_input else job.config.dtype)
         job.test_result = trained.evaluate(xp.asarray(inputs), xp.asarray(dataset.y_test))
         losses = log.scalars("loss")

@@ -61,7 +61,7 @@ class LocalRendezvous:
     def send(self, target, key, value) -> None:
         with self._arrived:
             self.table[key] = value
-            self.bytes += int(np.asarray(value).nbytes)
+            self.bytes += int(value.nbytes)
             self._arrived.notify_all()
 
     def recv(self, source, key):

@@ -31,7 +31,7 @@ def _scatter_add_rows(xp, ids, rows, vocabulary):
     out = xp.zeros((vocabulary, rows.shape[-1]), dtype=rows.dtype)
     flat_ids = ids.reshape(-1)
     flat_rows = rows.reshape(-1, rows.shape[-1])
-    if xp.__name__ == "numpy":
+    if hasattr(xp.add, "at"):  # NumPy (and array modules whose ufuncs have ``at``)
         xp.add.at(out, flat_ids, flat_rows)
     else:  # CuPy's scatter_add is its atomic-add kernel for exactly this
         import cupyx

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.runtime.devices import array_namespace
 from workbench.runtime.transport import Transport, recv_into
 
 SLICE_BYTES = 2 << 20
@@ -51,7 +52,11 @@ def ring_allreduce(transport: Transport, array: Any, key: str, inplace: bool = F
     # ``inplace``: the caller hands over a fresh contiguous buffer (a packed bucket), so the
     # ring may reduce into it. Otherwise the result is a new buffer that every received chunk
     # is written into once, as (own contribution + message): no copy of the input first.
-    flat = source if inplace and array.flags.c_contiguous else np.empty_like(source)
+    flat = (
+        source
+        if inplace and array.flags.c_contiguous
+        else array_namespace(source).empty_like(source)
+    )
     bounds = chunk_bounds(flat.size, size)
 
     # Reduce-scatter: after step s, rank r has summed s+2 contributions into chunk (r-s-1).

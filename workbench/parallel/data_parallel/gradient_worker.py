@@ -17,7 +17,7 @@ from workbench.config import RunConfig
 from workbench.data import GlobalBatchSampler, load_dataset, shard_rows
 from workbench.ir import Executable
 from workbench.optim import LearningRateSchedule, make_optimizer
-from workbench.parallel.worker_spec import WorkerSpec, initial_state
+from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
 from workbench.training.graphs import (
     DROPOUT_SEED,
     INPUTS,
@@ -43,20 +43,25 @@ class GradientWorker:
         )
         self.names = training.parameter_names
         self.gradients = Executable(training.graph)
-        self.state = initial_state(spec, self.optimizer)
+        self.device = spec.device
+        self.arrays = spec.device_arrays()
+        self.xp = self.arrays.xp
+        self.current_step = spec.total_steps
+        self.state = initial_state(spec, self.optimizer, self.arrays)
         self.dtype = np.dtype(config.dtype).type
-        self.device = spec.device_names[spec.rank]
         if spec.reads_own_data:
+            # The training set goes to the device once; each step gathers its rows there.
             input_dtype = "int64" if self.model.takes_integer_input else config.dtype
-            self.inputs, self.labels = dataset.x_train.astype(input_dtype), dataset.y_train
+            self.inputs = self.arrays.to_device(dataset.x_train.astype(input_dtype))
+            self.labels = self.arrays.to_device(dataset.y_train)
 
     def clock(self) -> float:
         return time.time() - self.spec.clock_origin
 
     def batch(self, step: int, fed: tuple | None = None) -> tuple:
-        if fed is not None:
-            return fed
-        rows = self.sampler.batch_indices(step)[self.rows]
+        if fed is not None:  # in-graph: the client's host arrays, copied to the device
+            return tuple(self.arrays.to_device(part) for part in fed)
+        rows = self.xp.asarray(self.sampler.batch_indices(step)[self.rows])
         return self.inputs[rows], self.labels[rows]
 
     def compute(
@@ -64,16 +69,16 @@ class GradientWorker:
     ) -> tuple[dict[str, Any], float]:
         """Gradients (by parameter name) and the loss of this device's slice of step ``step``;
         ``on_fetch(name, value)`` sees each gradient as soon as backward produces it."""
+        self.current_step = step
         inputs, labels = self.batch(step, fed)
         feeds = {INPUTS: inputs, LABELS: labels}
         if self.model.uses_dropout:
             feeds[DROPOUT_SEED] = dropout_seed(self.config.seed, step)
-        out = self.gradients.run(feeds, self.state, on_fetch=on_fetch)
+        out = self.gradients.run(feeds, self.state, self.xp, on_fetch=on_fetch)
         return {name: out[gradient_name(name)] for name in self.names}, float(out["loss"])
 
+    def learning_rate(self, step: int) -> Any:
+        return self.arrays.scalar(self.dtype(self.schedule(step)))
+
     def snapshot(self) -> dict[str, dict[str, np.ndarray]]:
-        names = set(self.names)
-        return {
-            "parameters": {n: self.state[n].copy() for n in self.names},
-            "optimizer_state": {n: v.copy() for n, v in self.state.items() if n not in names},
-        }
+        return host_snapshot(self.arrays, self.state, self.names)

@@ -17,7 +17,9 @@ import numpy as np
 from workbench.ir import Executable
 from workbench.parallel.collectives import allreduce, broadcast, plan_buckets, reduce
 from workbench.parallel.collectives.compression import compressed_allreduce
+from workbench.parallel.collectives.nccl import NcclAllReduce
 from workbench.parallel.data_parallel.gradient_worker import GradientWorker
+from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import WorkerSpec
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
@@ -46,6 +48,10 @@ class Replica(GradientWorker):
             self.spec.addresses,
             self.spec.device_names,
             spec.stall_timeout,
+            self.arrays,
+        )
+        self.nccl = (
+            NcclAllReduce(self.transport, self.arrays.runtime) if spec.algorithm == "nccl" else None
         )
         self.buckets = plan_buckets(
             self.model.parameter_shapes(), np.dtype(self.config.dtype).itemsize, spec.bucket_bytes
@@ -80,7 +86,7 @@ class Replica(GradientWorker):
                 events += [
                     (self.device, "compute", step, start, computed, 0, 0),
                     # Starts inside the backward pass: the overlap is visible on the timeline.
-                    (self.device, "allreduce", step, first_bucket, reduced, *traffic),
+                    (self.device, "allreduce", step, first_bucket, reduced, *traffic, self.path),
                     (self.device, "update", step, reduced, updated, 0, 0),
                 ]
             losses.append((step, loss))
@@ -101,7 +107,7 @@ class Replica(GradientWorker):
             filled[index][name] = value
             bucket = self.buckets[index]
             if len(filled[index]) == len(bucket.names):
-                flat = bucket.pack(filled.pop(index))
+                flat = bucket.pack(filled.pop(index), self.xp)
                 future = self.communication.submit(self._reduce, flat, f"s{step}/b{index}")
                 reductions.append((index, future, self.clock()))
 
@@ -119,8 +125,15 @@ class Replica(GradientWorker):
             )
         return averaged
 
+    @property
+    def path(self) -> str:
+        """How this replica's gradients travel (the all-reduce events say it)."""
+        return self.nccl.path if self.nccl is not None else self.transport.paths_taken()
+
     def _reduce(self, flat, key: str):
         spec = self.replica_spec
+        if self.nccl is not None:
+            return self.nccl(flat)
 
         def reduce(transport, array, name):
             # The packed bucket is this step's own buffer: reduce into it, no copy.
@@ -132,8 +145,8 @@ class Replica(GradientWorker):
 
     def _apply(self, step: int, averaged: dict) -> None:
         feeds = {gradient_name(name): averaged[name] for name in self.names}
-        feeds[LEARNING_RATE] = np.asarray(self.dtype(self.schedule(step)))
-        self.update.run(feeds, self.state)
+        feeds[LEARNING_RATE] = self.learning_rate(step)
+        self.update.run(feeds, self.state, self.xp)
 
     def _central_update(self, step: int, gradients: dict, start: float, computed: float) -> list:
         """CentralStorage: gradients go to the storage device (rank 0), which updates the only
@@ -142,7 +155,7 @@ class Replica(GradientWorker):
         sent, received = transport.bytes_sent, transport.bytes_received
         averaged = {}
         for index, bucket in enumerate(self.buckets):
-            total = reduce(transport, bucket.pack(gradients), f"s{step}/g{index}")
+            total = reduce(transport, bucket.pack(gradients, self.xp), f"s{step}/g{index}")
             if central:
                 total *= self.scale
                 averaged.update(bucket.unpack(total))
@@ -153,7 +166,11 @@ class Replica(GradientWorker):
         updated = self.clock()
         sent, received = transport.bytes_sent, transport.bytes_received
         for index, bucket in enumerate(self.buckets):
-            values = bucket.pack(self.state) if central else np.empty(bucket.size, self.dtype)
+            values = (
+                bucket.pack(self.state, self.xp)
+                if central
+                else self.xp.empty(bucket.size, self.dtype)
+            )
             fresh = broadcast(transport, values, f"s{step}/v{index}")
             if not central:
                 for name, value in bucket.unpack(fresh).items():
@@ -161,7 +178,7 @@ class Replica(GradientWorker):
         pulled = self.clock()
         return [
             (self.device, "compute", step, start, computed, 0, 0),
-            (self.device, "ps-push", step, computed, pushed, *pushed_bytes),
+            (self.device, "ps-push", step, computed, pushed, *pushed_bytes, self.path),
             (self.device, "update" if central else "idle", step, pushed, updated, 0, 0),
             (
                 self.device,
@@ -171,6 +188,7 @@ class Replica(GradientWorker):
                 pulled,
                 transport.bytes_sent - sent,
                 transport.bytes_received - received,
+                self.path,
             ),
         ]
 
@@ -184,4 +202,4 @@ def setup_replica(spec: ReplicaSpec) -> str:
 
 
 def run_replica_steps(run_id: str, first: int, count: int) -> dict[str, Any]:
-    return device_service().runs[run_id].run(first, count)
+    return run_resident_steps(run_id, first, count)

@@ -18,7 +18,8 @@ from workbench.data import GlobalBatchSampler, load_dataset
 from workbench.ir import Executable, Graph
 from workbench.ir.ops.communication import RENDEZVOUS
 from workbench.optim import LearningRateSchedule, make_optimizer
-from workbench.parallel.worker_spec import WorkerSpec, initial_state
+from workbench.parallel.resident_steps import run_resident_steps
+from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
 from workbench.training.graphs import DROPOUT_SEED, INPUTS, LABELS, LEARNING_RATE
@@ -67,15 +68,25 @@ class ModelParallelDevice:
         self.schedule = LearningRateSchedule.from_config(config, optimizer, worker.total_steps)
         self.program = Executable(spec.partition)
         self.names = tuple(n.attrs["var"] for n in spec.partition.nodes if n.op == "variable")
-        self.state = initial_state(worker, optimizer, self.names)
+        self.device = worker.device
+        self.arrays = worker.device_arrays()
+        self.xp = self.arrays.xp
+        self.current_step = worker.total_steps
+        self.state = initial_state(worker, optimizer, self.arrays, self.names)
         self.needs = set(self.program.placeholders)
         if self.needs & {INPUTS, LABELS}:
+            # The training set goes to the device once; each step gathers its rows there.
             input_dtype = "int64" if model.takes_integer_input else config.dtype
-            self.inputs, self.labels = dataset.x_train.astype(input_dtype), dataset.y_train
+            self.inputs = self.arrays.to_device(dataset.x_train.astype(input_dtype))
+            self.labels = self.arrays.to_device(dataset.y_train)
         self.dtype = np.dtype(config.dtype).type
-        self.device = worker.device_names[worker.rank]
         self.transport = PeerTransport(
-            worker.run_id, worker.rank, worker.addresses, worker.device_names, spec.stall_timeout
+            worker.run_id,
+            worker.rank,
+            worker.addresses,
+            worker.device_names,
+            spec.stall_timeout,
+            self.arrays,
         )
         self.rendezvous = StepRendezvous(self.transport, list(worker.device_names), self.clock)
         self.state[RENDEZVOUS] = self.rendezvous
@@ -86,41 +97,36 @@ class ModelParallelDevice:
     def run(self, first: int, count: int) -> dict[str, Any]:
         events, losses = [], []
         for step in range(first, first + count):
-            self.transport.step = self.rendezvous.step = step
-            rows = self.sampler.batch_indices(step)
+            self.transport.step = self.rendezvous.step = self.current_step = step
+            rows = self.xp.asarray(self.sampler.batch_indices(step))
             feeds: dict[str, Any] = {}
             if INPUTS in self.needs:
                 feeds[INPUTS] = self.inputs[rows]
             if LABELS in self.needs:
                 feeds[LABELS] = self.labels[rows]
             if LEARNING_RATE in self.needs:
-                feeds[LEARNING_RATE] = np.asarray(self.dtype(self.schedule(step)))
+                feeds[LEARNING_RATE] = self.arrays.scalar(self.dtype(self.schedule(step)))
             if DROPOUT_SEED in self.needs:
                 feeds[DROPOUT_SEED] = dropout_seed(self.config.seed, step)
             self.rendezvous.waits, self.rendezvous.sent = [], 0
             start = self.clock()
-            out = self.program.run(feeds, self.state)
+            out = self.program.run(feeds, self.state, self.xp)
             self.transport.flush()
             end = self.clock()
             cursor = start
+            path = self.transport.paths_taken()
             for wait_start, wait_end, nbytes in self.rendezvous.waits:
                 events.append((self.device, "compute", step, cursor, wait_start, 0, 0))
-                events.append((self.device, "recv", step, wait_start, wait_end, 0, nbytes))
+                events.append((self.device, "recv", step, wait_start, wait_end, 0, nbytes, path))
                 cursor = wait_end
             events.append((self.device, "compute", step, cursor, end, 0, 0))
             if self.rendezvous.sent:
-                events.append((self.device, "send", step, end, end, self.rendezvous.sent, 0))
+                events.append((self.device, "send", step, end, end, self.rendezvous.sent, 0, path))
             losses.append((step, float(out["loss"]) if "loss" in out else None))
         return {"events": events, "losses": losses}
 
     def snapshot(self) -> dict[str, dict[str, np.ndarray]]:
-        names = set(self.names)
-        return {
-            "parameters": {n: self.state[n].copy() for n in names},
-            "optimizer_state": {
-                n: v.copy() for n, v in self.state.items() if n not in names and n != RENDEZVOUS
-            },
-        }
+        return host_snapshot(self.arrays, self.state, self.names)
 
 
 def setup_device(spec: DeviceSpec) -> str:
@@ -129,4 +135,4 @@ def setup_device(spec: DeviceSpec) -> str:
 
 
 def run_device_steps(run_id: str, first: int, count: int) -> dict[str, Any]:
-    return device_service().runs[run_id].run(first, count)
+    return run_resident_steps(run_id, first, count)

@@ -28,6 +28,7 @@ from workbench.parallel.parameter_server.protocol import (
     SendParameters,
     ShardProtocol,
 )
+from workbench.runtime.device_arrays import DeviceArrays
 from workbench.runtime.worker_service import device_service
 from workbench.training.graphs import LEARNING_RATE, build_update_graph, gradient_name
 
@@ -46,6 +47,7 @@ class ShardSpec:
     model: Any
     device: str
     clock_origin: float
+    device_type: str = "cpu"
 
 
 def shard_bucket(shapes: dict, names, itemsize: int) -> Bucket:
@@ -63,8 +65,11 @@ class ParameterShard:
         self.update = Executable(build_update_graph(model, optimizer, config.dtype, spec.names))
         self.schedule = LearningRateSchedule.from_config(config, optimizer, spec.total_steps)
         self.dtype = np.dtype(config.dtype).type
+        self.device = spec.device
+        self.arrays = DeviceArrays.for_kind(spec.device_type, spec.device)
+        self.xp = self.arrays.xp
         self.state = {
-            n: np.array(v, copy=True)
+            n: self.arrays.to_device(v)
             for n, v in {**spec.parameters, **spec.optimizer_state}.items()
         }
         shapes = {n: spec.parameters[n].shape for n in spec.names}
@@ -102,6 +107,7 @@ class ParameterShard:
         self, worker: int, step: int, read_version: int, gradients: Any
     ) -> dict[str, Any]:
         arrived = self.clock()
+        gradients = self.arrays.adopt(gradients)
         instructions = self.protocol.handle(Push(worker, step, read_version, gradients))
         self.events.append(
             (self.spec.device, "ps-push", step, arrived, arrived, 0, int(gradients.nbytes))
@@ -119,7 +125,9 @@ class ParameterShard:
 
     def snapshot(self) -> dict[str, Any]:
         """Variables, slots, staleness log and events (taken on the shard's update thread)."""
-        state = self.thread.submit(lambda: {n: v.copy() for n, v in self.state.items()}).result()
+        state = self.thread.submit(
+            lambda: {n: self.arrays.to_host(v) for n, v in self.state.items()}
+        ).result()
         names = set(self.spec.names)
         return {
             "parameters": {n: v for n, v in state.items() if n in names},
@@ -143,7 +151,9 @@ class ParameterShard:
                 )
                 self.events.append((self.spec.device, "update", step, start, self.clock(), 0, 0))
             elif isinstance(instruction, SendParameters):
-                values = await loop.run_in_executor(self.thread, self.bucket.pack, self.state)
+                values = await loop.run_in_executor(
+                    self.thread, self.bucket.pack, self.state, self.xp
+                )
                 now = self.clock()
                 self.events.append(
                     (self.spec.device, "ps-pull", instruction.step, now, now, int(values.nbytes), 0)
@@ -159,8 +169,8 @@ class ParameterShard:
         total *= self.scale
         step = update.version // self.spec.workers if self.async_mode else update.version
         feeds = {gradient_name(n): v for n, v in self.bucket.unpack(total).items()}
-        feeds[LEARNING_RATE] = np.asarray(self.dtype(self.schedule(step)))
-        self.update.run(feeds, self.state)
+        feeds[LEARNING_RATE] = self.arrays.scalar(self.dtype(self.schedule(step)))
+        self.update.run(feeds, self.state, self.xp)
 
 
 def setup_shard(spec: ShardSpec) -> str:

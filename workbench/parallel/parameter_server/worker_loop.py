@@ -18,6 +18,7 @@ from distributed.utils import sync
 from workbench.parallel.collectives import StallError
 from workbench.parallel.data_parallel.gradient_worker import GradientWorker
 from workbench.parallel.parameter_server.shard_service import shard_bucket
+from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import WorkerSpec
 from workbench.runtime.worker_service import CALL_HANDLER, device_service
 
@@ -38,6 +39,10 @@ class ParameterServerWorker(GradientWorker):
         itemsize = np.dtype(self.config.dtype).itemsize
         self.buckets = [shard_bucket(shapes, names, itemsize) for names in spec.shard_names]
         self._worker = device_service().worker
+        # Pulls and pushes are RPCs over Dask's comms; device arrays ride its serializers.
+        wire = self._worker.address.split("://", 1)[0]
+        on_device = "device" if wire == "ucx" else "host-staged"
+        self.route = f"{on_device}:{wire}" if self.arrays.on_gpu else wire
 
     def _call(self, shard: int, at_step: int, method: str, **arguments: Any) -> Any:
         rpc = self._worker.rpc(self.ps.shard_addresses[shard])
@@ -58,20 +63,22 @@ class ParameterServerWorker(GradientWorker):
     def run(self, first: int, count: int, batches: list | None = None) -> dict[str, Any]:
         events, losses, staleness = [], [], []
         for index, step in enumerate(range(first, first + count)):
+            self.current_step = step
             start = self.clock()
             versions, received = [], 0
             for shard, bucket in enumerate(self.buckets):
                 reply = self._call(shard, step, "pull", worker=self.spec.rank, step=step)
                 versions.append(reply["version"])
-                received += reply["values"].nbytes
-                for name, value in bucket.unpack(reply["values"]).items():
+                values = self.arrays.adopt(reply["values"])
+                received += values.nbytes
+                for name, value in bucket.unpack(values).items():
                     self.state[name][...] = value
             pulled = self.clock()
             gradients, loss = self.compute(step, batches[index] if batches else None)
             computed = self.clock()
             sent, stale = 0, []
             for shard, bucket in enumerate(self.buckets):
-                flat = bucket.pack(gradients)
+                flat = bucket.pack(gradients, self.xp)
                 reply = self._call(
                     shard,
                     step,
@@ -86,9 +93,9 @@ class ParameterServerWorker(GradientWorker):
                     stale.append(reply["staleness"])
             pushed = self.clock()
             events += [
-                (self.device, "ps-pull", step, start, pulled, 0, received),
+                (self.device, "ps-pull", step, start, pulled, 0, received, self.route),
                 (self.device, "compute", step, pulled, computed, 0, 0),
-                (self.device, "ps-push", step, computed, pushed, sent, 0),
+                (self.device, "ps-push", step, computed, pushed, sent, 0, self.route),
             ]
             losses.append((step, loss))
             staleness.append((step, max(stale) if stale else 0))
@@ -101,4 +108,4 @@ def setup_ps_worker(spec: ParameterServerWorkerSpec) -> str:
 
 
 def run_ps_worker_steps(run_id: str, first: int, count: int, batches: list | None = None):
-    return device_service().runs[run_id].run(first, count, batches)
+    return run_resident_steps(run_id, first, count, batches)

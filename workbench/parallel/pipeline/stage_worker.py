@@ -33,7 +33,8 @@ from workbench.parallel.pipeline.stages import (
     build_stage_graphs,
     split_layers,
 )
-from workbench.parallel.worker_spec import WorkerSpec, initial_state
+from workbench.parallel.resident_steps import run_resident_steps
+from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
 from workbench.training.graphs import (
@@ -76,7 +77,11 @@ class StageWorker:
         self.names = graphs.parameter_names
         self.forward, self.backward = Executable(graphs.forward), Executable(graphs.backward)
         self.update = Executable(build_update_graph(model, optimizer, config.dtype, self.names))
-        self.state = initial_state(worker, optimizer, self.names)
+        self.device = worker.device
+        self.arrays = worker.device_arrays()
+        self.xp = self.arrays.xp
+        self.current_step = worker.total_steps
+        self.state = initial_state(worker, optimizer, self.arrays, self.names)
         shapes = model.parameter_shapes()
         self.buckets = plan_buckets(
             {n: shapes[n] for n in self.names},
@@ -86,12 +91,18 @@ class StageWorker:
         self.actions = make_schedule(config.schedule, self.stages, self.microbatches)[self.stage]
         self.dtype = np.dtype(config.dtype).type
         if self.first or self.last:
+            # The training set goes to the device once; each micro-batch gathers its rows there.
             input_dtype = "int64" if model.takes_integer_input else config.dtype
-            self.inputs, self.labels = dataset.x_train.astype(input_dtype), dataset.y_train
+            self.inputs = self.arrays.to_device(dataset.x_train.astype(input_dtype))
+            self.labels = self.arrays.to_device(dataset.y_train)
         self.transport = PeerTransport(
-            worker.run_id, self.rank, worker.addresses, worker.device_names, spec.stall_timeout
+            worker.run_id,
+            self.rank,
+            worker.addresses,
+            worker.device_names,
+            spec.stall_timeout,
+            self.arrays,
         )
-        self.device = worker.device_names[self.rank]
         # The same stage on every replica: the group that averages this stage's gradients.
         self.stage_group = SubgroupTransport(
             self.transport, [r * self.stages + self.stage for r in range(self.replicas)]
@@ -105,7 +116,9 @@ class StageWorker:
     def _rows(self, step: int, microbatch: int):
         rows = self.sampler.batch_indices(step)
         rows = rows[shard_rows(self.config.batch_size, self.replica, self.replicas)]
-        return rows[microbatch_rows(self.replica_batch, microbatch, self.microbatches)]
+        return self.xp.asarray(
+            rows[microbatch_rows(self.replica_batch, microbatch, self.microbatches)]
+        )
 
     def _feeds(self, step: int, microbatch: int, stage_input) -> dict:
         feeds = {STAGE_INPUT: stage_input}
@@ -117,13 +130,14 @@ class StageWorker:
         return feeds
 
     def _phase(self, events, phase, step, start, sent=0, received=0) -> None:
-        events.append((self.device, phase, step, start, self.clock(), sent, received))
+        path = self.transport.paths_taken() if sent or received else ""
+        events.append((self.device, phase, step, start, self.clock(), sent, received, path))
 
     def run(self, first: int, count: int) -> dict[str, Any]:
         events, losses = [], []
         transport = self.transport
         for step in range(first, first + count):
-            transport.step = step
+            transport.step = self.current_step = step
             stashed, totals, step_loss = {}, {}, 0.0
             for action in self.actions:
                 m = action.microbatch
@@ -136,7 +150,7 @@ class StageWorker:
                         self._phase(events, "recv", step, start, 0, stage_input.nbytes)
                     stashed[m] = stage_input
                     start = self.clock()
-                    out = self.forward.run(self._feeds(step, m, stage_input), self.state)
+                    out = self.forward.run(self._feeds(step, m, stage_input), self.state, self.xp)
                     self._phase(events, "compute", step, start)
                     if self.last:
                         step_loss += float(out["loss"]) / self.microbatches
@@ -151,13 +165,13 @@ class StageWorker:
                         feeds[OUTPUT_GRADIENT] = transport.recv(self.rank + 1, f"s{step}/g{m}")
                         self._phase(events, "recv", step, start, 0, feeds[OUTPUT_GRADIENT].nbytes)
                     start = self.clock()
-                    out = self.backward.run(feeds, self.state)
+                    out = self.backward.run(feeds, self.state, self.xp)
                     for name in self.names:
                         grad = out[gradient_name(name)]
                         if name in totals:
                             totals[name] += grad
                         else:
-                            totals[name] = np.array(grad, copy=True)
+                            totals[name] = grad.copy()
                     self._phase(events, "compute", step, start)
                     if not self.first:
                         start = self.clock()
@@ -170,8 +184,8 @@ class StageWorker:
             # The mean over equal micro-batches of every replica.
             scale = self.dtype(1.0 / (self.microbatches * self.replicas))
             feeds = {gradient_name(n): totals[n] * scale for n in self.names}
-            feeds[LEARNING_RATE] = np.asarray(self.dtype(self.schedule(step)))
-            self.update.run(feeds, self.state)
+            feeds[LEARNING_RATE] = self.arrays.scalar(self.dtype(self.schedule(step)))
+            self.update.run(feeds, self.state, self.xp)
             self._phase(events, "update", step, start)
             losses.append((step, step_loss if self.last else None))
         return {"events": events, "losses": losses}
@@ -183,7 +197,7 @@ class StageWorker:
         sent, received = self.transport.bytes_sent, self.transport.bytes_received
         summed = {}
         for index, bucket in enumerate(self.buckets):
-            total = allreduce(self.stage_group, bucket.pack(totals), f"s{step}/dp{index}")
+            total = allreduce(self.stage_group, bucket.pack(totals, self.xp), f"s{step}/dp{index}")
             summed.update(bucket.unpack(total))
         self._phase(
             events,
@@ -196,11 +210,7 @@ class StageWorker:
         return summed
 
     def snapshot(self) -> dict[str, dict[str, np.ndarray]]:
-        names = set(self.names)
-        return {
-            "parameters": {n: self.state[n].copy() for n in self.names},
-            "optimizer_state": {n: v.copy() for n, v in self.state.items() if n not in names},
-        }
+        return host_snapshot(self.arrays, self.state, self.names)
 
 
 def setup_stage(spec: StageSpec) -> str:
@@ -209,4 +219,4 @@ def setup_stage(spec: StageSpec) -> str:
 
 
 def run_stage_steps(run_id: str, first: int, count: int) -> dict[str, Any]:
-    return device_service().runs[run_id].run(first, count)
+    return run_resident_steps(run_id, first, count)
