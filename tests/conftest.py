@@ -41,3 +41,15 @@ def shell(store_root):
         run.stop()
         run.wait(60)
     magics.runs = type(magics.runs)()
+
+
+@pytest.fixture
+def cpu_double_gpus(monkeypatch, tmp_path):
+    """This process and the workers it starts see ``DTRAIN_FAKE_GPUS`` (4) GPUs through the
+    strict CuPy double (tests/gpu_double), with its NCCL exchanging through ``tmp_path``."""
+    from tests.gpu_double.runtime import SELECTOR
+
+    monkeypatch.setenv("DTRAIN_GPU_RUNTIME", SELECTOR)
+    monkeypatch.setenv("DTRAIN_FAKE_GPUS", "4")
+    monkeypatch.setenv("DTRAIN_FAKE_NCCL_DIR", str(tmp_path))
+    return monkeypatch

@@ -87,7 +87,7 @@ def _wrap(result):
     return result
 
 
-class ndarray:  # noqa: N801 - CuPy's name
+class ndarray:
     """A device array: a NumPy array nobody outside this module may see."""
 
     __array_priority__ = 1000
@@ -194,10 +194,31 @@ def _unary(name: str):
     return lambda self: ndarray(getattr(self._host, name)())
 
 
-for _name in (
-    "add sub mul truediv floordiv pow matmul mod radd rsub rmul rtruediv rpow rmatmul "
-    "gt ge lt le eq ne and or xor"
-).split():
+for _name in [
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "floordiv",
+    "pow",
+    "matmul",
+    "mod",
+    "radd",
+    "rsub",
+    "rmul",
+    "rtruediv",
+    "rpow",
+    "rmatmul",
+    "gt",
+    "ge",
+    "lt",
+    "le",
+    "eq",
+    "ne",
+    "and",
+    "or",
+    "xor",
+]:
     setattr(ndarray, f"__{_name}__", _binary(f"__{_name}__"))
 
 
@@ -236,12 +257,47 @@ def _unwrap_kwargs(kwargs: dict, where: str) -> dict:
     return {key: value if key == "out" else _unwrap(value, where) for key, value in kwargs.items()}
 
 
-for _name in (
-    "empty_like zeros_like ones_like concatenate stack sum mean max min argmax exp log sqrt "
-    "tanh maximum minimum transpose broadcast_to split pad take_along_axis tensordot "
-    "ascontiguousarray where matmul dot multiply subtract divide negative abs sign clip "
-    "square isfinite all any allclose array_equal"
-).split():
+for _name in [
+    "empty_like",
+    "zeros_like",
+    "ones_like",
+    "concatenate",
+    "stack",
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "argmax",
+    "exp",
+    "log",
+    "sqrt",
+    "tanh",
+    "maximum",
+    "minimum",
+    "transpose",
+    "broadcast_to",
+    "split",
+    "pad",
+    "take_along_axis",
+    "tensordot",
+    "ascontiguousarray",
+    "where",
+    "matmul",
+    "dot",
+    "multiply",
+    "subtract",
+    "divide",
+    "negative",
+    "abs",
+    "sign",
+    "clip",
+    "square",
+    "isfinite",
+    "all",
+    "any",
+    "allclose",
+    "array_equal",
+]:
     setattr(sys.modules[__name__], _name, _function(getattr(np, _name), _name))
 
 

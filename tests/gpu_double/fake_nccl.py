@@ -47,7 +47,7 @@ class NcclCommunicator:
         self.directory = bytes(v for v in comm_id if v).decode()
         self.calls = 0
 
-    def allReduce(self, sendbuf, recvbuf, count, datatype, op, stream) -> None:  # noqa: N802
+    def allReduce(self, sendbuf, recvbuf, count, datatype, op, stream) -> None:
         if op != NCCL_SUM:
             raise ValueError("the CPU double of NCCL only sums")
         dtype = _DTYPES[datatype]

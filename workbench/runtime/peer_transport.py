@@ -35,6 +35,26 @@ from workbench.runtime.transport import StallError, apply_received
 from workbench.runtime.worker_service import PROBE_HANDLER, SEND_HANDLER, device_service
 
 
+def route(on_device: bool, wire: str) -> str:
+    """How a tensor travels over ``wire`` (``shared-memory``, ``tcp``, ``ucx``), as events
+    name it.
+
+    Examples
+    --------
+    >>> route(False, "tcp"), route(True, "shared-memory"), route(True, "ucx")
+    ('tcp', 'host-staged:shared-memory', 'device:ucx')
+    """
+    if not on_device:
+        return wire
+    # UCX moves CUDA buffers without the host; the other wires go through host memory.
+    return "device:ucx" if wire == "ucx" else f"host-staged:{wire}"
+
+
+def wire_of(address: str) -> str:
+    """``tcp`` for ``tcp://127.0.0.1:4000``: the comms a worker's address says it uses."""
+    return address.split("://", 1)[0]
+
+
 class PeerTransport:
     """Rank ``rank`` of a group of workers (``addresses`` in rank order).
 
@@ -52,7 +72,7 @@ class PeerTransport:
     ) -> None:
         self.run_id, self.rank, self.size = run_id, rank, len(addresses)
         self.device = device if device is not None else DeviceArrays.for_kind("cpu")
-        self.routes: dict[int, str] = {}  # peer -> how the last tensor to it travelled
+        self.routes: dict[int, str] = {}  # peer -> how the last tensor to or from it travelled
         self.addresses, self.device_names = list(addresses), list(device_names)
         self.stall_timeout = stall_timeout
         self.step: int | None = None
@@ -60,7 +80,7 @@ class PeerTransport:
         self._in_flight: list = []
         self._service = device_service()
         self._worker = self._service.worker
-        self._wire = self._worker.address.split("://", 1)[0]  # tcp, ucx, ...
+        self._wire = wire_of(self._worker.address)  # tcp, ucx, ...
         enabled = os.environ.get("DTRAIN_SHARED_MEMORY", "1") != "0"
         host = get_address_host(self._worker.address)
         # Peers on this host, whose channels may work; each is probed before its first send.
@@ -119,15 +139,14 @@ class PeerTransport:
         return peer in self._shared_peers and not array.dtype.hasobject
 
     def _record(self, peer: int, array: Any, wire: str) -> None:
-        if isinstance(array, np.ndarray):
-            self.routes[peer] = wire
-        elif wire == "ucx":
-            self.routes[peer] = "device:ucx"  # UCX moves CUDA buffers without the host
-        else:
-            self.routes[peer] = f"host-staged:{wire}"
+        self._record_route(peer, not isinstance(array, np.ndarray), wire)
+
+    def _record_route(self, peer: int, on_device: bool, wire: str) -> None:
+        self.routes[peer] = route(on_device, wire)
 
     def paths_taken(self) -> str:
-        """The routes tensors from this rank have taken so far, e.g. ``shared-memory``."""
+        """The routes tensors to and from this rank have taken so far, e.g.
+        ``shared-memory``."""
         return "+".join(sorted(set(self.routes.values())))
 
     def send_async(self, peer: int, key: str, array: Any) -> Any:
@@ -191,4 +210,6 @@ class PeerTransport:
                 f"for {key!r} from {self.device_names[peer]}, which stalled or died"
             ) from None
         self.bytes_received += int(message.nbytes)
+        wire = "shared-memory" if isinstance(message, SharedMessage) else self._wire
+        self._record_route(peer, self.device.on_gpu, wire)
         return message

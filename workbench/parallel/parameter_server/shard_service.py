@@ -29,6 +29,7 @@ from workbench.parallel.parameter_server.protocol import (
     ShardProtocol,
 )
 from workbench.runtime.device_arrays import DeviceArrays
+from workbench.runtime.peer_transport import route, wire_of
 from workbench.runtime.worker_service import device_service
 from workbench.training.graphs import LEARNING_RATE, build_update_graph, gradient_name
 
@@ -68,6 +69,7 @@ class ParameterShard:
         self.device = spec.device
         self.arrays = DeviceArrays.for_kind(spec.device_type, spec.device)
         self.xp = self.arrays.xp
+        self.route = route(self.arrays.on_gpu, wire_of(device_service().worker.address))
         self.state = {
             n: self.arrays.to_device(v)
             for n, v in {**spec.parameters, **spec.optimizer_state}.items()
@@ -110,7 +112,16 @@ class ParameterShard:
         gradients = self.arrays.adopt(gradients)
         instructions = self.protocol.handle(Push(worker, step, read_version, gradients))
         self.events.append(
-            (self.spec.device, "ps-push", step, arrived, arrived, 0, int(gradients.nbytes))
+            (
+                self.spec.device,
+                "ps-push",
+                step,
+                arrived,
+                arrived,
+                0,
+                int(gradients.nbytes),
+                self.route,
+            )
         )
         staleness = next(
             (
@@ -156,7 +167,16 @@ class ParameterShard:
                 )
                 now = self.clock()
                 self.events.append(
-                    (self.spec.device, "ps-pull", instruction.step, now, now, int(values.nbytes), 0)
+                    (
+                        self.spec.device,
+                        "ps-pull",
+                        instruction.step,
+                        now,
+                        now,
+                        int(values.nbytes),
+                        0,
+                        self.route,
+                    )
                 )
                 reply = self.replies.pop((instruction.worker, instruction.step), None)
                 if reply is not None and not reply.done():

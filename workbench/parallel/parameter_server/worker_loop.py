@@ -20,6 +20,7 @@ from workbench.parallel.data_parallel.gradient_worker import GradientWorker
 from workbench.parallel.parameter_server.shard_service import shard_bucket
 from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import WorkerSpec
+from workbench.runtime.peer_transport import route, wire_of
 from workbench.runtime.worker_service import CALL_HANDLER, device_service
 
 
@@ -40,9 +41,7 @@ class ParameterServerWorker(GradientWorker):
         self.buckets = [shard_bucket(shapes, names, itemsize) for names in spec.shard_names]
         self._worker = device_service().worker
         # Pulls and pushes are RPCs over Dask's comms; device arrays ride its serializers.
-        wire = self._worker.address.split("://", 1)[0]
-        on_device = "device" if wire == "ucx" else "host-staged"
-        self.route = f"{on_device}:{wire}" if self.arrays.on_gpu else wire
+        self.route = route(self.arrays.on_gpu, wire_of(self._worker.address))
 
     def _call(self, shard: int, at_step: int, method: str, **arguments: Any) -> Any:
         rpc = self._worker.rpc(self.ps.shard_addresses[shard])
