@@ -1,6 +1,7 @@
 """What a user sees when the GPUs are not what the run asks for: each a clear message naming
 the field or the device, exit status 2 for input errors, and nothing left running."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -119,3 +120,18 @@ def test_running_out_of_gpu_memory_names_the_device_the_step_and_the_bytes(
     assert code == 1
     assert "/job:worker/task:" in err and "device:GPU:0 ran out of GPU memory at step 0" in err
     assert "8,388,608 bytes requested" in err  # 256 rows per replica x 4096 x 8 bytes
+
+
+def test_ucx_without_its_package_is_refused_before_anything_starts(capsys, no_leftover_processes):
+    if importlib.util.find_spec("distributed_ucxx") is not None:
+        pytest.skip("UCX comms are installed here")
+    code, err = dtrain(capsys, "--strategy", "mirrored", "--devices", "2", "--protocol", "ucx")
+    assert code == 2
+    assert "--protocol: ucx is not available here" in err and "distributed-ucxx" in err
+
+
+def test_protocol_belongs_to_clusters_the_workbench_starts(capsys):
+    flags = ["--strategy", "mirrored", "--devices", "2", "--protocol", "ucx"]
+    code, err = dtrain(capsys, *flags, "--cluster", "tcp://127.0.0.1:1")
+    assert code == 2
+    assert "--protocol" in err and "already uses its own" in err

@@ -9,6 +9,7 @@ dashboard agree. With GPUs, ``dask_cuda.LocalCUDACluster`` pins one GPU per work
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -68,15 +69,13 @@ def local_device_type(requested: str, devices: int) -> str:
 
 
 def _check_protocol(protocol: str) -> None:
-    from distributed.comm.registry import get_backend
-
-    try:
-        get_backend(protocol)
-    except ValueError:
+    # Distributed keeps a ``ucx`` placeholder that only raises; the real comms are the
+    # distributed-ucxx package's.
+    if protocol == "ucx" and importlib.util.find_spec("distributed_ucxx") is None:
         raise DeviceError(
             f"--protocol: {protocol} is not available here; it needs the distributed-ucxx "
             "package (pip install distributed-ucxx-cu12), or use tcp"
-        ) from None
+        )
 
 
 def _local_cluster(devices: int, device_type: str, scheduler_options: dict, protocol: str = "tcp"):

@@ -40,3 +40,20 @@ def gpu_metrics(session: ClusterSession) -> dict:
         return {}
     workers = session.client.scheduler_info(n_workers=-1).get("workers", {})
     return heartbeat_gpu_metrics(workers, session.addresses, session.device_names)
+
+
+def this_process_gpu_metrics() -> tuple[float, int] | None:
+    """(utilization percent, memory used in bytes) of this process's GPU from NVML, as a Dask
+    worker samples it; None without NVML figures (no NVIDIA driver, or a stand-in runtime)."""
+    try:
+        from distributed.diagnostics import nvml
+
+        if nvml.device_get_count() == 0:
+            return None
+        figures = nvml.real_time()
+        utilization, memory = figures["utilization"], figures["memory-used"]
+    except Exception:
+        return None
+    if utilization is None or memory is None:
+        return None
+    return float(utilization), int(memory)

@@ -9,9 +9,13 @@ from __future__ import annotations
 from workbench.config import ConfigError, RunConfig
 from workbench.events import EventLog
 from workbench.runtime import device_name
+from workbench.runtime.gpu_metrics import this_process_gpu_metrics
 from workbench.strategies.definition import StrategyDefinition
 from workbench.training.job import Progress, TrainingJob, epoch_progress
 from workbench.training.session import TrainingSession
+
+# Steps between NVML samples on a GPU (cluster runs sample once per dispatched task, likewise).
+GPU_METRICS_EVERY = 20
 
 
 class OneDevice(StrategyDefinition):
@@ -58,6 +62,11 @@ class OneDevice(StrategyDefinition):
             log.phase(device, "compute", step, start, end)
             log.scalar("loss", step, loss, end)
             log.scalar("lr", step, learning_rate, end)
+            if job.device_type == "gpu" and step % GPU_METRICS_EVERY == 0:
+                figures = this_process_gpu_metrics()
+                if figures is not None:  # NVML's view of this GPU, as cluster runs report it
+                    log.scalar("gpu_utilization", step, figures[0], end, device=device)
+                    log.scalar("gpu_memory_used", step, figures[1], end, device=device)
             line = epoch_progress(job, step, loss, self.name)
             if line:
                 progress(line)
