@@ -19,6 +19,7 @@ from workbench.bench import (
     bubble_suite,
     charts_suite,
     ddp_suite,
+    nccl_suite,
     overhead_suite,
 )
 from workbench.bench.machine import describe_machine, machine_lines
@@ -138,6 +139,12 @@ SUITES: dict[str, Suite] = {
         allreduce_suite.run_from_args,
         allreduce_suite.render,
     ),
+    "nccl": Suite(
+        "nccl",
+        "NCCL all-reduce of 64 MiB between GPU workers, beside the GPUs' memory bandwidth",
+        nccl_suite.run_from_args,
+        nccl_suite.render,
+    ),
     "overhead": Suite(
         "overhead",
         "framework overhead per step on a tiny MLP: one-device and mirrored on 2 devices",
@@ -227,7 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="fix glibc's malloc thresholds in every contender's process (default), or leave "
         "glibc's history-dependent defaults (then watch the page-faults column)",
     )
-    distributed = parser.add_argument_group("ddp, allreduce, overhead, bubble and charts suites")
+    distributed = parser.add_argument_group(
+        "ddp, allreduce, nccl, overhead, bubble and charts suites"
+    )
     distributed.add_argument(
         "--devices", type=_positive, default=2, help="ddp: data-parallel devices/processes (2)"
     )
@@ -243,13 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeats", type=_positive, default=3, help="ddp, overhead, bubble, charts: runs each (3)"
     )
     distributed.add_argument(
-        "--transfers", type=_positive, default=10, help="allreduce: timed repetitions (10)"
+        "--transfers", type=_positive, default=10, help="allreduce, nccl: timed repetitions (10)"
     )
     distributed.add_argument(
-        "--allreduce-mib", type=_mebibytes, default=64.0, help="allreduce: tensor size (64)"
+        "--allreduce-mib", type=_mebibytes, default=64.0, help="allreduce, nccl: tensor size (64)"
     )
     distributed.add_argument(
-        "--allreduce-workers", type=_hidden, default=(2, 4), help="allreduce: e.g. 2,4"
+        "--allreduce-workers",
+        type=_hidden,
+        default=(2, 4),
+        help="allreduce: e.g. 2,4 (nccl: the first)",
     )
     distributed.add_argument("--stages", type=_positive, default=None, help="bubble: stages (2)")
     distributed.add_argument(
