@@ -49,6 +49,7 @@ def chrome_trace(events: Iterable[PhaseEvent | ScalarEvent]) -> dict:
                         "step": event.step,
                         "bytes_sent": event.bytes,
                         "bytes_received": event.bytes_received,
+                        **({"path": event.path} if event.path else {}),
                     },
                 }
             )
