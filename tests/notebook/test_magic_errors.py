@@ -57,6 +57,17 @@ MALFORMED = [
     ("--strategy hybrid --devices 4 --stages 0", None, ["--stages"]),
     ("--schedule zigzag", None, ["--schedule", "gpipe", "1f1b"]),
     ("--device-type tpu", None, ["--device-type", "cpu", "gpu"]),
+    ("--protocol udp", None, ["--protocol", "tcp", "ucx"]),
+    (
+        "--strategy mirrored --devices 2 --protocol ucx --cluster tcp://127.0.0.1:9",
+        None,
+        ["--protocol", "already uses its own"],
+    ),
+    (
+        "--strategy mirrored --devices 2 --allreduce nccl --compression float16",
+        None,
+        ["--compression", "NCCL sums in the type it moves"],
+    ),
     ("--warmup-steps -1", None, ["--warmup-steps"]),
     ("--lr-scaling square", None, ["--lr-scaling", "linear"]),
     ("--lr-decay exp", None, ["--lr-decay", "cosine"]),

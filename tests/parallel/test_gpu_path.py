@@ -108,3 +108,21 @@ def test_cpu_runs_report_cpu_routes(no_leftover_processes):
     )
     assert result.summary["allreduce"] == "ring"
     assert _routes(result, {"allreduce"}) == {"shared-memory"}
+
+
+def _kernels_guarded_here() -> bool:
+    from workbench.ir.rules import IMPL_RULES
+
+    return all(getattr(kernel, "guarded", False) for kernel in IMPL_RULES.values())
+
+
+def test_every_gpu_worker_runs_its_kernels_under_the_host_array_guard(
+    cpu_double_gpus, no_leftover_processes
+):
+    from workbench.runtime.cluster import start_cluster
+
+    with start_cluster(2, "gpu") as session:
+        assert session.device_type == "gpu"
+        assert session.device_names[1] == "/job:worker/task:1/device:GPU:0"
+        guarded = session.client.run(_kernels_guarded_here, workers=session.addresses)
+    assert list(guarded.values()) == [True, True]
