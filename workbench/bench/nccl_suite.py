@@ -77,6 +77,7 @@ def measure_on_worker(
 
 
 def run_nccl_suite(settings: NcclSettings, progress: Progress) -> dict[str, Any]:
+    from workbench.parallel.dispatch import submit_each
     from workbench.runtime.cluster import start_cluster
     from workbench.runtime.devices import DeviceError
 
@@ -85,20 +86,11 @@ def run_nccl_suite(settings: NcclSettings, progress: Progress) -> dict[str, Any]
     try:
         with start_cluster(settings.workers, "gpu") as session:
             progress(f"nccl: {settings.workers} GPU workers, {nbytes / 2**20:.0f} MiB")
-            futures = [
-                session.client.submit(
-                    measure_on_worker,
-                    session.run_id,
-                    rank,
-                    session.addresses,
-                    session.device_names,
-                    asdict(settings),
-                    workers=[address],
-                    pure=False,
-                    key=f"dtrain-bench-nccl-{rank}-{session.run_id}",
-                )
-                for rank, address in enumerate(session.addresses)
+            arguments = [
+                (session.run_id, rank, session.addresses, session.device_names, asdict(settings))
+                for rank in range(settings.workers)
             ]
+            futures = submit_each(session, "bench", "nccl", None, measure_on_worker, arguments)
             per_rank = session.client.gather(futures)
     except DeviceError as error:
         return {**result, "available": False, "reason": str(error)}

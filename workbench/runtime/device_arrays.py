@@ -47,8 +47,8 @@ class DeviceArrays:
     def adopt(self, array: Any) -> Any:
         """``array`` if it is already on this kind of device (what arrived over Dask's comms
         usually is), else a copy on this device."""
-        on_host = isinstance(array, np.ndarray)
-        return array if on_host != self.on_gpu else self.to_device(array)
+        already_here = isinstance(array, self.xp.ndarray)
+        return array if already_here else self.to_device(array)
 
     def to_host(self, array: Any) -> np.ndarray:
         return to_host(array)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from workbench.config import ConfigError, RunConfig
 from workbench.parallel.collectives import even_groups
-from workbench.parallel.data_parallel.replica import ReplicaSpec, run_replica_steps, setup_replica
+from workbench.parallel.data_parallel.replica import ReplicaSpec, setup_replica
 from workbench.parallel.device_run import DevicePlan
+from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import ClusterStrategy
@@ -73,4 +74,4 @@ class DataParallel(ClusterStrategy):
             for rank in range(replicas)
         ]
         # Mirrored: every replica holds the same variables, so rank 0's are the result.
-        return DevicePlan.uniform(session, setup_replica, specs, run_replica_steps, [0])
+        return DevicePlan.uniform(session, setup_replica, specs, run_resident_steps, [0])

@@ -11,8 +11,9 @@ from __future__ import annotations
 from workbench.config import ConfigError, RunConfig
 from workbench.models import Sequential
 from workbench.parallel.device_run import DevicePlan
-from workbench.parallel.model_parallel.device import DeviceSpec, run_device_steps, setup_device
+from workbench.parallel.model_parallel.device import DeviceSpec, setup_device
 from workbench.parallel.model_parallel.graph import build_model_parallel_graph
+from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
 from workbench.passes import PlacementError
 from workbench.passes.place import resolve_device
@@ -61,5 +62,5 @@ class ModelParallel(ClusterStrategy):
         ]
         # Each device holds its own layers' variables.
         return DevicePlan.uniform(
-            session, setup_device, specs, run_device_steps, range(config.devices)
+            session, setup_device, specs, run_resident_steps, range(config.devices)
         )

@@ -25,9 +25,9 @@ from workbench.parallel.parameter_server.partitioner import partition_variables
 from workbench.parallel.parameter_server.shard_service import ShardSpec, setup_shard
 from workbench.parallel.parameter_server.worker_loop import (
     ParameterServerWorkerSpec,
-    run_ps_worker_steps,
     setup_ps_worker,
 )
+from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
 from workbench.runtime import device_name
 from workbench.runtime.cluster import ClusterSession
@@ -102,7 +102,7 @@ class ParameterServer(ClusterStrategy):
                 SetupGroup(setup_shard, shard_specs, shard_ranks),
                 SetupGroup(setup_ps_worker, worker_specs, worker_ranks),
             ],
-            step_function=run_ps_worker_steps,
+            step_function=run_resident_steps,
             step_arguments=self._step_arguments(config, session, job, in_graph),
             step_ranks=worker_ranks,
             snapshot_ranks=shard_ranks,  # the shards hold the variables

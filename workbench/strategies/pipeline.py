@@ -15,7 +15,8 @@ from workbench.config import ConfigError, RunConfig
 from workbench.events import EventLog, bubble_fraction
 from workbench.models import Sequential
 from workbench.parallel.device_run import DevicePlan
-from workbench.parallel.pipeline.stage_worker import StageSpec, run_stage_steps, setup_stage
+from workbench.parallel.pipeline.stage_worker import StageSpec, setup_stage
+from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import ClusterStrategy
@@ -56,7 +57,7 @@ class Pipeline(ClusterStrategy):
         ]
         # Replica 0's stages hold every variable between them.
         return DevicePlan.uniform(
-            session, setup_stage, specs, run_stage_steps, range(config.stages)
+            session, setup_stage, specs, run_resident_steps, range(config.stages)
         )
 
     def summary_fields(

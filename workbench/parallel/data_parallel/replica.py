@@ -19,7 +19,6 @@ from workbench.parallel.collectives import allreduce, broadcast, plan_buckets, r
 from workbench.parallel.collectives.compression import compressed_allreduce
 from workbench.parallel.collectives.nccl import NcclAllReduce
 from workbench.parallel.data_parallel.gradient_worker import GradientWorker
-from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import WorkerSpec
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
@@ -199,7 +198,3 @@ class Replica(GradientWorker):
 def setup_replica(spec: ReplicaSpec) -> str:
     device_service().runs[spec.worker.run_id] = Replica(spec)
     return spec.worker.device_names[spec.worker.rank]
-
-
-def run_replica_steps(run_id: str, first: int, count: int) -> dict[str, Any]:
-    return run_resident_steps(run_id, first, count)

@@ -18,7 +18,6 @@ from workbench.data import GlobalBatchSampler, load_dataset
 from workbench.ir import Executable, Graph
 from workbench.ir.ops.communication import RENDEZVOUS
 from workbench.optim import LearningRateSchedule, make_optimizer
-from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
@@ -132,7 +131,3 @@ class ModelParallelDevice:
 def setup_device(spec: DeviceSpec) -> str:
     device_service().runs[spec.worker.run_id] = ModelParallelDevice(spec)
     return spec.worker.device_names[spec.worker.rank]
-
-
-def run_device_steps(run_id: str, first: int, count: int) -> dict[str, Any]:
-    return run_resident_steps(run_id, first, count)

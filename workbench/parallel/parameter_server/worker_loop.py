@@ -18,7 +18,6 @@ from distributed.utils import sync
 from workbench.parallel.collectives import StallError
 from workbench.parallel.data_parallel.gradient_worker import GradientWorker
 from workbench.parallel.parameter_server.shard_service import shard_bucket
-from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import WorkerSpec
 from workbench.runtime.peer_transport import route, wire_of
 from workbench.runtime.worker_service import CALL_HANDLER, device_service
@@ -104,7 +103,3 @@ class ParameterServerWorker(GradientWorker):
 def setup_ps_worker(spec: ParameterServerWorkerSpec) -> str:
     device_service().runs[spec.worker.run_id] = ParameterServerWorker(spec)
     return spec.worker.device_names[spec.worker.rank]
-
-
-def run_ps_worker_steps(run_id: str, first: int, count: int, batches: list | None = None):
-    return run_resident_steps(run_id, first, count, batches)

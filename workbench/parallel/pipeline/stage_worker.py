@@ -33,7 +33,6 @@ from workbench.parallel.pipeline.stages import (
     build_stage_graphs,
     split_layers,
 )
-from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
@@ -216,7 +215,3 @@ class StageWorker:
 def setup_stage(spec: StageSpec) -> str:
     device_service().runs[spec.worker.run_id] = StageWorker(spec)
     return spec.worker.device_names[spec.worker.rank]
-
-
-def run_stage_steps(run_id: str, first: int, count: int) -> dict[str, Any]:
-    return run_resident_steps(run_id, first, count)
