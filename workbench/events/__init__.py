@@ -6,10 +6,11 @@ strategy's private state. Times are seconds on the run's ``perf_counter`` clock.
 """
 
 from workbench.events.log import EventLog
-from workbench.events.records import PHASES, PhaseEvent, ScalarEvent
+from workbench.events.records import FAULT_PHASES, PHASES, PhaseEvent, ScalarEvent
 from workbench.events.summary import bubble_fraction, summarize, warmup_steps
 
 __all__ = [
+    "FAULT_PHASES",
     "PHASES",
     "EventLog",
     "PhaseEvent",

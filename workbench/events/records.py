@@ -5,7 +5,23 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-PHASES = ("compute", "send", "recv", "allreduce", "ps-push", "ps-pull", "update", "idle")
+# What went wrong and how the run got over it (docs/architecture.md, "Faults and stragglers"):
+# ``failure`` marks, at the moment it was noticed, the device that died or stalled (start ==
+# end); ``recovery`` spans, on every device of the restored run, from that moment to its first
+# step after the restore; ``dropped`` is a gradient push the parameter server discarded (a
+# backup worker's late gradient, or an update in flight when its worker died).
+FAULT_PHASES = ("failure", "recovery", "dropped")
+PHASES = (
+    "compute",
+    "send",
+    "recv",
+    "allreduce",
+    "ps-push",
+    "ps-pull",
+    "update",
+    "idle",
+    *FAULT_PHASES,
+)
 # Phases spent moving tensors between devices (the rest of a device's busy time is compute).
 COMMUNICATION_PHASES = ("send", "recv", "allreduce", "ps-push", "ps-pull")
 
