@@ -71,6 +71,7 @@ class Option:
     noun: str | None = None  # what a value is called in messages (default: the name)
     label: str | None = None  # the notebook form's label (default: the name)
     applies_with: str | None = None  # what else it needs, e.g. "--mode async"
+    repeatable: bool = False  # the flag may be given several times; the value is a tuple
 
     @property
     def flag(self) -> str:
@@ -84,6 +85,8 @@ class Option:
         """Raise :class:`ConfigError` naming the flag if ``value`` is not allowed."""
         if value is None and self.optional:
             return
+        if self.type is bool and not isinstance(value, bool):
+            raise ConfigError(self.flag, f"is a switch (True or False), got {value!r}")
         if self.choices is not None:
             if value not in self.choices:
                 noun = self.noun or self.name.replace("_", " ")
@@ -137,6 +140,10 @@ class RunConfig:
     lr_scaling: str = "none"
     lr_decay: str = "cosine"
     stall_timeout: float = 60.0
+    checkpoint_every: int | None = None
+    max_restarts: int = 3
+    replacement_timeout: float = 30.0
+    simulate_straggler: tuple[tuple[str, float], ...] = ()
     json: bool = False
     # The strategy's options by name; after validation, every option the strategy declares.
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -185,6 +192,7 @@ class RunConfig:
         with ``flat``, the strategy's options beside them."""
         data = {name: getattr(self, name) for name in _FIELD_NAMES}
         data["hidden"] = list(self.hidden)
+        data["simulate_straggler"] = [list(entry) for entry in self.simulate_straggler]
         if flat:
             data.update(self.options)
         return data
@@ -192,7 +200,8 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
         """The inverse of :meth:`to_dict`."""
-        return cls(**{**data, "hidden": tuple(data["hidden"])})
+        stragglers = tuple(tuple(entry) for entry in data.get("simulate_straggler", ()))
+        return cls(**{**data, "hidden": tuple(data["hidden"]), "simulate_straggler": stragglers})
 
 
 _FIELD_NAMES = tuple(
@@ -212,6 +221,24 @@ def parse_hidden(text: str) -> tuple[int, ...]:
         raise ValueError(
             f"expected comma-separated positive integers like 512,512, got {text!r}"
         ) from None
+
+
+def parse_straggler(text: str) -> tuple[str, float]:
+    """``"task:1=3"`` -> ``("task:1", 3.0)``: a device and how many times slower it computes.
+
+    Examples
+    --------
+    >>> parse_straggler("task:1=2.5")
+    ('task:1', 2.5)
+    """
+    device, equals, factor = text.rpartition("=")
+    try:
+        value = float(factor)
+    except ValueError:
+        value = None
+    if not equals or not device or value is None:
+        raise ValueError(f"expected DEVICE=FACTOR like task:1=3, got {text!r}")
+    return device.strip(), value
 
 
 def _run_option(name: str, kind: type, help: str, **rules: Any) -> Option:
@@ -265,6 +292,33 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "seconds a device may wait on a peer before the step fails",
         minimum=0.1,
     ),
+    _run_option(
+        "checkpoint_every",
+        int,
+        "steps between periodic checkpoints (default: about a minute of training on a "
+        "cluster, none for one-device)",
+        minimum=1,
+        optional=True,
+    ),
+    _run_option(
+        "max_restarts",
+        int,
+        "restarts from the last checkpoint after a device fails, before the run fails",
+        minimum=0,
+    ),
+    _run_option(
+        "replacement_timeout",
+        float,
+        "seconds to wait for a replacement worker after a device fails",
+        minimum=0,
+    ),
+    _run_option(
+        "simulate_straggler",
+        tuple,
+        "slow one device's compute, DEVICE=FACTOR like task:1=3 (repeatable)",
+        parse=parse_straggler,
+        repeatable=True,
+    ),
 )
 
 
@@ -290,12 +344,42 @@ def check_run_options(config: RunConfig) -> None:
             f"chooses the comms of a cluster the workbench starts; the cluster at "
             f"{config.cluster} already uses its own (its address says which)",
         )
+    straggler_pairs(config.simulate_straggler)
     if config.epochs is not None and config.steps is not None:
         raise ConfigError("--epochs", "give either --epochs or --steps, not both")
     if config.lr is not None and (
         isinstance(config.lr, bool) or not isinstance(config.lr, int | float) or not config.lr > 0
     ):
         raise ConfigError("--lr", f"must be a number > 0, got {config.lr!r}")
+
+
+def straggler_pairs(stragglers: Any) -> tuple[tuple[str, float], ...]:
+    """``--simulate-straggler`` as (device, factor >= 1) pairs (``"task:1=3"`` text accepted,
+    as the Python API may pass it); which devices exist is the strategy's to say
+    (``workbench.strategies.validate_config``)."""
+    if not isinstance(stragglers, tuple | list):
+        raise ConfigError(
+            "--simulate-straggler", f"expected DEVICE=FACTOR pairs, got {stragglers!r}"
+        )
+    pairs = []
+    for entry in stragglers:
+        if isinstance(entry, str):
+            try:
+                entry = parse_straggler(entry)
+            except ValueError as error:
+                raise ConfigError("--simulate-straggler", str(error)) from None
+        if not isinstance(entry, tuple | list) or len(entry) != 2:
+            raise ConfigError(
+                "--simulate-straggler", f"expected DEVICE=FACTOR like task:1=3, got {entry!r}"
+            )
+        device, factor = entry
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 1:
+            raise ConfigError(
+                "--simulate-straggler",
+                f"{device}={factor}: the factor must be a number >= 1 (how many times slower)",
+            )
+        pairs.append((str(device), float(factor)))
+    return tuple(pairs)
 
 
 def check_checkpoint_paths(config: RunConfig) -> None:

@@ -54,7 +54,26 @@ def _converter(option: Option):
 def _add(group, option: Option, default, extra_help: str = "") -> None:
     shown = "" if option.default is None else f" [default: {option.default}]"
     if isinstance(option.default, tuple):
-        shown = f" [default: {','.join(map(str, option.default))}]"
+        shown = f" [default: {','.join(map(str, option.default))}]" if option.default else ""
+    if option.type is bool:  # a switch: present or not
+        group.add_argument(
+            option.flag,
+            dest=option.name,
+            action="store_true",
+            default=default,
+            help=f"{option.describe()}{extra_help}",
+        )
+        return
+    if option.repeatable:  # collected into a list here, a tuple in the RunConfig
+        group.add_argument(
+            option.flag,
+            dest=option.name,
+            action="append",
+            type=_converter(option),
+            default=argparse.SUPPRESS,
+            help=f"{option.describe()}{extra_help}",
+        )
+        return
     group.add_argument(
         option.flag,
         dest=option.name,
@@ -95,5 +114,8 @@ def parse_run_flags(argv: Sequence[str], prog: str = "dtrain run") -> RunConfig:
     >>> parse_run_flags(["--strategy", "mirrored", "--devices", "2"]).allreduce
     'auto'
     """
-    namespace = build_parser(prog).parse_args(list(argv))
-    return validate_config(RunConfig(**vars(namespace)))
+    values = vars(build_parser(prog).parse_args(list(argv)))
+    for name, value in values.items():
+        if isinstance(value, list):  # a repeatable flag
+            values[name] = tuple(value)
+    return validate_config(RunConfig(**values))

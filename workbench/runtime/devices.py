@@ -80,6 +80,35 @@ def device_name(device_type: str, task: int = 0, index: int = 0, job: str = "wor
     return f"/job:{job}/task:{task}/device:{kind}:{index}"
 
 
+def names_device(pattern: str, device_name: str) -> bool:
+    """Whether ``pattern`` (as a user writes it: ``task:1``, ``job:ps/task:0``, a whole name or
+    a tag like ``task1-cpu0``) names ``device_name``; a pattern without a job means a worker.
+
+    Examples
+    --------
+    >>> names_device("task:1", "/job:worker/task:1/device:CPU:0")
+    True
+    >>> names_device("job:ps/task:0", "/job:worker/task:0/device:CPU:0")
+    False
+    """
+    if pattern == device_tag(device_name):
+        return True
+    wanted = dict(part.split(":", 1) for part in pattern.strip("/").split("/") if ":" in part)
+    if not wanted or "task" not in wanted:
+        return False
+    have = dict(part.split(":", 1) for part in device_name.strip("/").split("/") if ":" in part)
+    wanted.setdefault("job", "worker")
+    return all(have.get(key, "").lower() == value.lower() for key, value in wanted.items())
+
+
+def short_device_name(device_name: str) -> str:
+    """``/job:worker/task:1/device:CPU:0`` -> ``task:1``; ``/job:ps/task:0/...`` ->
+    ``job:ps/task:0``: how ``--simulate-straggler`` names a device."""
+    have = dict(part.split(":", 1) for part in device_name.strip("/").split("/") if ":" in part)
+    task = f"task:{have.get('task', '0')}"
+    return task if have.get("job", "worker") == "worker" else f"job:{have['job']}/{task}"
+
+
 def device_tag(device_name: str) -> str:
     """``/job:worker/task:1/device:CPU:0`` -> ``task1-cpu0``: the short name in Dask task keys
     and on the charts' device axes.

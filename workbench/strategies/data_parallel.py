@@ -45,7 +45,9 @@ class DataParallel(ClusterStrategy):
             hosts.setdefault(address.rsplit(":", 1)[0], []).append(rank)
         if len(hosts) > 1:
             return tuple(tuple(ranks) for ranks in hosts.values())
-        return tuple(tuple(g) for g in even_groups(len(addresses), self.group_count(config)))
+        # An elastic run that lost devices may have fewer than the groups asked for.
+        count = min(self.group_count(config), len(addresses))
+        return tuple(tuple(g) for g in even_groups(len(addresses), count))
 
     def check_config(self, config: RunConfig) -> None:
         replicas_divide_the_batch(config)

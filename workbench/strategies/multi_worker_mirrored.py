@@ -11,13 +11,13 @@ from __future__ import annotations
 from workbench.config import ConfigError, RunConfig
 from workbench.strategies.data_parallel import DataParallel
 from workbench.strategies.definition import replicas_divide_the_batch
-from workbench.strategies.options import BUCKET_MB, COMPRESSION, HOSTS
+from workbench.strategies.options import BUCKET_MB, COMPRESSION, ELASTIC, HOSTS
 
 
 class MultiWorkerMirrored(DataParallel):
     name = "multi-worker-mirrored"
     description = "mirrored across hosts: reduce in each host, ring across hosts"
-    options = (HOSTS, BUCKET_MB, COMPRESSION)
+    options = (HOSTS, BUCKET_MB, COMPRESSION, ELASTIC)
 
     def check_config(self, config: RunConfig) -> None:
         replicas_divide_the_batch(config)

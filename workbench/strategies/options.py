@@ -57,3 +57,18 @@ MICROBATCHES = Option(
     "microbatches", int, 4, "micro-batches per global batch", minimum=1, label="micro-batches"
 )
 SCHEDULE = Option("schedule", str, "gpipe", "pipeline schedule", choices=SCHEDULE_NAMES)
+ELASTIC = Option(
+    "elastic",
+    bool,
+    False,
+    "go on with fewer devices when a failed one is not replaced (same global batch)",
+)
+BACKUP_WORKERS = Option(
+    "backup_workers",
+    int,
+    0,
+    "each step applies the first N-B gradients and drops the rest (sync mode)",
+    minimum=0,
+    applies_with="--mode sync",
+    label="backup workers",
+)

@@ -33,19 +33,30 @@ from workbench.runtime import device_name
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import ClusterStrategy
 from workbench.strategies.definition import replicas_divide_the_batch
-from workbench.strategies.options import MODE, PS, REPLICATION, STALENESS
+from workbench.strategies.options import BACKUP_WORKERS, MODE, PS, REPLICATION, STALENESS
 from workbench.training.job import Progress, TrainingJob
 
 
 class ParameterServer(ClusterStrategy):
     name = "parameter-server"
     description = "variables sharded over PS tasks; workers pull, compute, push (sync or async)"
-    options = (PS, MODE, STALENESS, REPLICATION)
+    options = (PS, MODE, STALENESS, REPLICATION, BACKUP_WORKERS)
 
     def check_config(self, config: RunConfig) -> None:
         replicas_divide_the_batch(config)
         if config.staleness is not None and config.mode != "async":
             raise ConfigError("--staleness", f"bounds async updates; add {STALENESS.applies_with}")
+        if config.backup_workers and config.mode != "sync":
+            raise ConfigError(
+                "--backup-workers",
+                f"drops the late gradients of synchronous steps; add {BACKUP_WORKERS.applies_with}",
+            )
+        if config.backup_workers >= config.devices:
+            raise ConfigError(
+                "--backup-workers",
+                f"{config.backup_workers} backups of {config.devices} workers (--devices) would "
+                f"leave no gradient to apply; choose 0 to {config.devices - 1}",
+            )
 
     def device_names(self, config: RunConfig, device_type: str) -> list[str]:
         workers = [device_name(device_type, task=t) for t in range(config.devices)]

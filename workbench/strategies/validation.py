@@ -12,7 +12,9 @@ from workbench.config import (
     check_checkpoint_paths,
     check_run_options,
     flag_of,
+    straggler_pairs,
 )
+from workbench.runtime.devices import names_device, short_device_name
 from workbench.strategies.registry import STRATEGIES
 
 
@@ -60,5 +62,20 @@ def validate_config(config: RunConfig) -> RunConfig:
     config = config.replace(options=options)
     # After the single-option checks: device rules divide by stages and micro-batches.
     definition.check_config(config)
+    config = config.replace(simulate_straggler=_stragglers_of(definition, config))
     check_checkpoint_paths(config)
     return config
+
+
+def _stragglers_of(definition, config: RunConfig) -> tuple[tuple[str, float], ...]:
+    """``--simulate-straggler`` as pairs, each naming a device this run has."""
+    pairs = straggler_pairs(config.simulate_straggler)
+    devices = definition.device_names(config, "cpu")
+    for pattern, _ in pairs:
+        if not any(names_device(pattern, device) for device in devices):
+            raise ConfigError(
+                "--simulate-straggler",
+                f"no device {pattern!r} in this {config.strategy} run; its devices: "
+                f"{', '.join(short_device_name(device) for device in devices)}",
+            )
+    return pairs
