@@ -4,6 +4,12 @@
 A :class:`ChartFeed` reads a run's event log from where it stopped last time and returns, per
 chart, either rows to append (loss, throughput, timeline: streamed with rollover) or the whole
 current table (utilization, traffic, stragglers: one row per device, replaced).
+
+The fault phases (``failure``, ``recovery``, ``dropped``) go to timeline charts of their own
+(``failures``, ``recoveries``, ``dropped``, same columns as ``timeline``), so the timeline draws
+each its own way and lists only those a run had in its legend; they are neither compute nor
+communication in the utilization bars, and failures and recoveries are no step's work in the
+straggler view.
 """
 
 from __future__ import annotations
@@ -15,11 +21,16 @@ import numpy as np
 
 from workbench.events import EventLog
 from workbench.events.records import COMMUNICATION_PHASES, PhaseEvent, ScalarEvent
+from workbench.events.summary import BUSY_PHASES
 
 THROUGHPUT_WINDOW = 10  # steps the samples/s line averages over
 UTILIZATION_WINDOW_S = 5.0  # seconds of recent activity the utilization bars describe
 STRAGGLER_STEPS = 200  # recent steps the straggler view describes
 GPU_SCALARS = ("gpu_utilization", "gpu_memory_used")  # NVML, per device, on GPUs only
+# Fault phase -> the timeline chart its rows go to (the rest go to ``timeline``).
+FAULT_TIMELINES = {"failure": "failures", "recovery": "recoveries", "dropped": "dropped"}
+# Not work done for a step: a failure marks a moment, a recovery spans the restore.
+NOT_STEP_WORK = ("failure", "recovery")
 
 
 @dataclass
@@ -116,16 +127,14 @@ class ChartFeed:
         self._latest = max(self._latest, event.end)
         while self._recent and self._recent[0].end < self._latest - UTILIZATION_WINDOW_S:
             self._recent.popleft()
-        self._step_end[event.step] = max(self._step_end.get(event.step, event.end), event.end)
         self._first_start = min(self._first_start, event.start)
         self._sent[event.device] += event.bytes
         self._received[event.device] += event.bytes_received
-        span = self._step_spans.setdefault((event.device, event.step), [event.start, event.end])
-        if len(self._step_spans) > 4 * STRAGGLER_STEPS * max(1, len(self._devices)):
-            self._forget_old_steps()
-        span[0], span[1] = min(span[0], event.start), max(span[1], event.end)
+        if event.phase not in NOT_STEP_WORK:  # a recovery's seconds would pass for a slow step
+            self._step_end[event.step] = max(self._step_end.get(event.step, event.end), event.end)
+            self._step_span(event)
         update.append(
-            "timeline",
+            FAULT_TIMELINES.get(event.phase, "timeline"),
             device=event.device,
             phase=event.phase,
             step=event.step,
@@ -133,6 +142,13 @@ class ChartFeed:
             end=event.end,
             bytes=event.bytes + event.bytes_received,
         )
+
+    def _step_span(self, event: PhaseEvent) -> None:
+        """Widen the device's span of ``event.step`` (the straggler view's step time)."""
+        span = self._step_spans.setdefault((event.device, event.step), [event.start, event.end])
+        if len(self._step_spans) > 4 * STRAGGLER_STEPS * max(1, len(self._devices)):
+            self._forget_old_steps()
+        span[0], span[1] = min(span[0], event.start), max(span[1], event.end)
 
     def _forget_old_steps(self) -> None:
         newest = max(step for _, step in self._step_spans)
@@ -142,7 +158,10 @@ class ChartFeed:
     def utilization(self) -> dict[str, list]:
         """Per device, the share of the last ``UTILIZATION_WINDOW_S`` seconds (up to the newest
         event, from the first at most) spent computing, communicating and idle; and, on GPUs,
-        NVML's latest utilization (as a share) and memory used (NaN where there is none)."""
+        NVML's latest utilization (as a share) and memory used (NaN where there is none).
+
+        Compute is the summary's busy phases (compute, update); an ``idle`` phase and the
+        fault phases count as idle (a recovery is time the device trains nothing)."""
         latest = self._latest
         since = max(self._first_start, latest - UTILIZATION_WINDOW_S)  # not the cluster's start
         window = latest - since or 1.0
@@ -152,8 +171,10 @@ class ChartFeed:
             if event.end < since:
                 continue
             overlap = event.end - max(event.start, since)
-            target = communication if event.phase in COMMUNICATION_PHASES else compute
-            target[event.device] += overlap
+            if event.phase in COMMUNICATION_PHASES:
+                communication[event.device] += overlap
+            elif event.phase in BUSY_PHASES:
+                compute[event.device] += overlap
         rows: dict[str, list] = {
             "device": list(self._devices),
             "compute": [],
@@ -184,7 +205,8 @@ class ChartFeed:
         """Per device, its step time (first phase start to last phase end) min/median/max
         over its last ``STRAGGLER_STEPS`` steps."""
         rows = {"device": [], "min": [], "median": [], "max": []}
-        newest = max(step for _, step in self._step_spans)
+        # None yet when the only phases so far are failures or recoveries.
+        newest = max((step for _, step in self._step_spans), default=0)
         recent = [
             (owner, end - start)
             for (owner, step), (start, end) in self._step_spans.items()

@@ -1,6 +1,7 @@
 """Live Bokeh charts of a run: loss, throughput, per-device utilization, traffic, a timeline
 of every device's phases (pipeline bubbles, all-reduce phases, parameter-server pushes and pulls
-show up as gaps and colours) and a straggler view.
+show up as gaps and colours; a failure as a red line and triangle on its device's row, a
+recovery as a hatched band, a dropped push in orange) and a straggler view.
 
 Each chart reads a ``ColumnDataSource``; :meth:`LiveCharts.refresh` feeds it what arrived since
 the last refresh (``stream`` with rollover for the growing charts, whole tables for the
@@ -18,17 +19,29 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from bokeh.core.properties import field
 from bokeh.layouts import column, row
-from bokeh.models import ColumnDataSource, CustomJSTickFormatter, HoverTool, NumeralTickFormatter
+from bokeh.models import (
+    ColumnDataSource,
+    CustomJSTickFormatter,
+    HoverTool,
+    LegendItem,
+    NumeralTickFormatter,
+)
 from bokeh.plotting import figure
 from bokeh.transform import dodge, factor_cmap
 
-from workbench.charts.chart_data import ChartFeed
+from workbench.charts.chart_data import FAULT_TIMELINES, ChartFeed
 from workbench.events import EventLog
 
 MAX_REFRESH_HZ = 10
 MAX_BUSY_SHARE = 0.02  # of wall time spent refreshing, whatever the refresh costs
-ROLLOVER = {"loss": 20_000, "throughput": 20_000, "timeline": 20_000}
+ROLLOVER = {
+    "loss": 20_000,
+    "throughput": 20_000,
+    "timeline": 20_000,
+    **{chart: 20_000 for chart in FAULT_TIMELINES.values()},
+}
 # Compute in greens, moving tensors in blues and purples, waiting in grey: the utilization bars
 # (compute / communication / idle) use the same three families.
 PHASE_COLOURS = {
@@ -42,6 +55,9 @@ PHASE_COLOURS = {
     "idle": "#dddddd",
 }
 COMPUTE, COMMUNICATION, IDLE = "#2ca02c", "#1f77b4", "#dddddd"
+# Faults in reds and orange, which no ordinary phase uses, so they stand out of the timeline.
+FAULT_COLOURS = {"failure": "#d62728", "recovery": "#fcbba1", "dropped": "#ff7f0e"}
+TIMELINE_COLUMNS = ["device", "phase", "step", "start", "end", "bytes"]
 WIDTH, HEIGHT = 460, 230
 # workbench.runtime.devices.device_tag in the browser ("/job:worker/task:1/device:CPU:0" ->
 # "task1-cpu0"); BokehJS ignores label overrides on categorical axes, so a formatter it is. Its
@@ -104,7 +120,8 @@ class LiveCharts:
                 "gpu_memory_used",
             ],
             "traffic": ["device", "sent", "received"],
-            "timeline": ["device", "phase", "step", "start", "end", "bytes"],
+            "timeline": TIMELINE_COLUMNS,
+            **{chart: TIMELINE_COLUMNS for chart in FAULT_TIMELINES.values()},
             "stragglers": ["device", "min", "median", "max"],
         }
         self.sources = {
@@ -249,14 +266,78 @@ class LiveCharts:
             color=factor_cmap("phase", list(PHASE_COLOURS.values()), list(PHASE_COLOURS)),
             legend_field="phase",
         )
+        faults = self._fault_renderers(chart)
         chart.add_tools(
             HoverTool(
-                renderers=[bars],
-                tooltips=[("phase", "@phase"), ("step", "@step"), ("bytes", "@bytes")],
+                renderers=[bars, *faults],
+                tooltips=[
+                    ("phase", "@phase"),
+                    ("step", "@step"),
+                    ("seconds", "@start{0.000} to @end{0.000}"),
+                    ("bytes", "@bytes"),
+                ],
             )
         )
         _legend_below(chart)
         return chart
+
+    def _fault_renderers(self, chart: figure) -> list:
+        """Failures, recoveries and dropped pushes on the timeline, each from its own source
+        and each with its own legend entry, shown only once the run has one (a legend field
+        lists the values its source holds)."""
+        recoveries = chart.hbar(
+            y="device",
+            left="start",
+            right="end",
+            height=0.8,
+            source=self.sources[FAULT_TIMELINES["recovery"]],
+            fill_color=FAULT_COLOURS["recovery"],
+            fill_alpha=0.7,
+            hatch_pattern="/",
+            hatch_color=FAULT_COLOURS["failure"],
+            hatch_alpha=0.6,
+            line_color=FAULT_COLOURS["failure"],
+            line_alpha=0.4,
+        )
+        # Drawn first, under the phases: a band over the restore must not hide the steps that
+        # begin at its end.
+        chart.renderers = [recoveries, *(r for r in chart.renderers if r is not recoveries)]
+        dropped = chart.hbar(
+            y="device",
+            left="start",
+            right="end",
+            height=0.5,
+            source=self.sources[FAULT_TIMELINES["dropped"]],
+            color=FAULT_COLOURS["dropped"],
+        )
+        failures = self.sources[FAULT_TIMELINES["failure"]]
+        red = FAULT_COLOURS["failure"]
+        # A failure has no length: a line across its device's row, and a triangle on top so it
+        # shows at any zoom.
+        line = chart.segment(
+            x0="start",
+            x1="start",
+            y0=dodge("device", -0.45, range=chart.y_range),
+            y1=dodge("device", 0.45, range=chart.y_range),
+            source=failures,
+            line_color=red,
+            line_width=2,
+        )
+        marker = chart.scatter(
+            x="start",
+            y=dodge("device", 0.3, range=chart.y_range),
+            marker="inverted_triangle",
+            size=13,
+            color=red,
+            source=failures,
+        )
+        # Items made here, not with legend_field=: the plotting API would merge every
+        # legend_field="phase" into the ordinary phases' one item.
+        chart.legend[0].items.extend(
+            LegendItem(label=field("phase"), renderers=renderers)
+            for renderers in ([recoveries], [dropped], [line, marker])
+        )
+        return [recoveries, dropped, marker]
 
     def _stragglers(self) -> figure:
         chart = self._device_figure(
