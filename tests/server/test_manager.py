@@ -27,6 +27,10 @@ RECORD_FIELDS = {
     "started",
     "ended",
     "dashboard_link",
+    "restarts",
+    "failures",
+    "dropped_updates",
+    "recovery_seconds",
 }
 
 

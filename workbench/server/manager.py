@@ -24,7 +24,19 @@ if TYPE_CHECKING:  # Bokeh is imported on the first chart request, not when the 
 
 # What a run id may be: a directory name in the store, never a path out of it.
 RUN_ID = r"[A-Za-z0-9._-]+"
-RECORD_STATUS_FIELDS = ("step", "loss", "samples_per_second", "error", "started", "ended")
+RECORD_STATUS_FIELDS = (
+    "step",
+    "loss",
+    "samples_per_second",
+    "error",
+    "started",
+    "ended",
+    # Fault counts (workbench/store/run_store.py): None for a run recorded before them.
+    "restarts",
+    "failures",
+    "dropped_updates",
+    "recovery_seconds",
+)
 CHARTS_KEPT = 8  # runs whose charts stay cached: the most recently viewed
 
 

@@ -1,6 +1,11 @@
 """A run's events in the formats other tools read: Chrome-trace JSON for the timeline (one
 process per device, as Horovod's timeline and the PyTorch profiler write it; open it in
-chrome://tracing or Perfetto) and CSV for the per-step scalars."""
+chrome://tracing or Perfetto) and CSV for the per-step scalars.
+
+Fault phases (docs/architecture.md, "Events") carry the category ``fault`` besides their
+phase, so a trace viewer can pick them out: a failure, which has no length, is an instant
+event on its device's thread; a recovery and a dropped push are complete events like any
+phase. The ``restarts`` and ``dropped_updates`` scalars are counters like every scalar."""
 
 from __future__ import annotations
 
@@ -9,13 +14,13 @@ import io
 import json
 from collections.abc import Iterable
 
-from workbench.events.records import PhaseEvent, ScalarEvent
+from workbench.events.records import FAULT_PHASES, PhaseEvent, ScalarEvent
 
 
 def chrome_trace(events: Iterable[PhaseEvent | ScalarEvent]) -> dict:
     """The Trace Event Format: a complete ("X") event per phase interval, in microseconds, one
-    process (``pid``) per device named by a metadata event; scalars become counter ("C")
-    events on a "scalars" process.
+    process (``pid``) per device named by a metadata event (a failure is an instant, "i",
+    event there); scalars become counter ("C") events on a "scalars" process.
 
     Examples
     --------
@@ -36,23 +41,7 @@ def chrome_trace(events: Iterable[PhaseEvent | ScalarEvent]) -> dict:
 
     for event in events:
         if isinstance(event, PhaseEvent):
-            trace.append(
-                {
-                    "name": event.phase,
-                    "cat": event.phase,
-                    "ph": "X",
-                    "pid": process(event.device),
-                    "tid": 0,
-                    "ts": event.start * 1e6,
-                    "dur": (event.end - event.start) * 1e6,
-                    "args": {
-                        "step": event.step,
-                        "bytes_sent": event.bytes,
-                        "bytes_received": event.bytes_received,
-                        **({"path": event.path} if event.path else {}),
-                    },
-                }
-            )
+            trace.append(_phase_event(event, process(event.device)))
         else:
             trace.append(
                 {
@@ -64,6 +53,28 @@ def chrome_trace(events: Iterable[PhaseEvent | ScalarEvent]) -> dict:
                 }
             )
     return {"traceEvents": trace, "displayTimeUnit": "ms"}
+
+
+def _phase_event(event: PhaseEvent, pid: int) -> dict:
+    """One phase as a trace event on thread 0 of its device's process."""
+    args = {
+        "step": event.step,
+        "bytes_sent": event.bytes,
+        "bytes_received": event.bytes_received,
+        **({"path": event.path} if event.path else {}),
+    }
+    fault = event.phase in FAULT_PHASES
+    common = {
+        "name": event.phase,
+        # Categories are a comma-separated list: "fault" gathers the three fault phases.
+        "cat": f"fault,{event.phase}" if fault else event.phase,
+        "pid": pid,
+        "tid": 0,
+        "ts": event.start * 1e6,
+    }
+    if event.phase == "failure":  # a moment: a zero-length "X" event would not be drawn
+        return {**common, "ph": "i", "s": "t", "args": {"step": event.step}}
+    return {**common, "ph": "X", "dur": (event.end - event.start) * 1e6, "args": args}
 
 
 def write_chrome_trace(events: Iterable[PhaseEvent | ScalarEvent], path: str) -> None:

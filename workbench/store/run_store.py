@@ -7,12 +7,24 @@ One directory per run under the store's root::
                                    object per line, appended while the run goes
     <root>/<run id>/status.json    {"state": running | finished | stopped | failed, "error",
                                    "started", "ended", "step", "steps", "loss",
-                                   "samples_per_second", "pid", "hostname", and what the run
-                                   adds: "dashboard_link", "scheduler_address"}; rewritten
-                                   about once a second while the run goes
+                                   "samples_per_second", "pid", "hostname", the fault counts
+                                   (below), and what the run adds: "dashboard_link",
+                                   "scheduler_address"}; rewritten about once a second while
+                                   the run goes, and at once on a failure or a recovery
     <root>/<run id>/summary.json   the ``--json`` summary, once the run has finished
     <root>/<run id>/stop-requested present once someone (the JupyterLab sidebar) asked the run
                                    to stop; the process that trains it polls for it
+
+The fault counts in status.json (:class:`~workbench.events.faults.FaultTally`, from the fault
+events of docs/architecture.md, "Events"; 0 and [] for a run without faults, absent in runs
+recorded before they existed):
+
+- ``restarts``: restarts from a checkpoint so far (the ``restarts`` scalar);
+- ``failures``: devices noticed dead or stalled so far (``failure`` phase events);
+- ``dropped_updates``: gradient pushes the parameter server discarded so far (the
+  ``dropped_updates`` scalar);
+- ``recovery_seconds``: one number per restart, from the failure noticed to the first step
+  after the restore.
 
 The root is ``$DTRAIN_RUN_STORE`` if set, else the user's data directory
 (``platformdirs.user_data_dir("dtrain-workbench")/runs``). Files that others read while a run
@@ -32,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.events import EventLog
+from workbench.events.faults import FaultTally
 from workbench.events.records import PhaseEvent, ScalarEvent
 
 STORE_ENVIRONMENT = "DTRAIN_RUN_STORE"
@@ -39,6 +52,8 @@ STATES = ("running", "finished", "stopped", "failed")
 STOP_MARKER = "stop-requested"
 STATUS_EVERY_S = 1.0  # how often a live run rewrites status.json (the sidebar's refresh)
 THROUGHPUT_WINDOW_S = 5.0  # the samples/s in status.json is over this much recent time
+# Fault events that rewrite status.json at once (there are a few per restart).
+RESTART_EVENTS = ("failure", "recovery", "restarts", "recovery_seconds")
 
 
 def default_store_root() -> Path:
@@ -135,6 +150,7 @@ class RunRecorder:
         self._status = run.status()
         self._batch_size = int(run.config().get("batch_size") or 1)
         self._loss_times: deque[tuple[float, int]] = deque()  # (time, step) of recent losses
+        self._faults = FaultTally()
 
     def record(self, event: PhaseEvent | ScalarEvent) -> None:
         line = json.dumps(event.to_dict()) + "\n"
@@ -145,12 +161,23 @@ class RunRecorder:
             self._last_step = max(self._last_step, event.step)
             if isinstance(event, ScalarEvent) and event.name == "loss":
                 self._note_loss(event)
+            urgent = self._note_fault(event)
             now = time.monotonic()
-            if now - self._last_flush > STATUS_EVERY_S:  # other processes see it within ~1 s
+            if urgent or now - self._last_flush > STATUS_EVERY_S:  # seen elsewhere within ~1 s
                 self._events.flush()
                 self._last_flush = now
                 self._status["step"] = self._last_step + 1
                 _write_json_atomically(self.run.path / "status.json", self._status)
+
+    def _note_fault(self, event: PhaseEvent | ScalarEvent) -> bool:
+        """Count a fault event into the status; True if status.json should say so now."""
+        if not self._faults.add(event):
+            return False
+        self._status.update(self._faults.status())
+        # While a run restores no step comes to trigger the next rewrite: the sidebar would
+        # show the failure only once the run is back. Dropped pushes can come every step.
+        kind = event.phase if isinstance(event, PhaseEvent) else event.name
+        return kind in RESTART_EVENTS
 
     def _note_loss(self, event: ScalarEvent) -> None:
         self._status["loss"] = event.value
@@ -206,6 +233,7 @@ class RunStore:
             # Who trains it: a reader on this host can tell a run whose process died.
             "pid": os.getpid(),
             "hostname": socket.gethostname(),
+            **FaultTally().status(),
         }
         _write_json_atomically(path / "status.json", status)
         return RunRecorder(StoredRun(run_id, path))
