@@ -1,6 +1,7 @@
 """The ipywidgets face of a run: a form that starts one (:class:`TrainingForm`) and the live
 panel of a running or finished one (:class:`RunPanel`: progress with steps, epoch and ETA,
-status and errors, a Stop button, the live charts).
+status and errors with the run's faults — a failure being recovered from, restarts, dropped
+pushes — a Stop button, the live charts).
 
 The form builds the same flag words a user would type after ``%dtrain`` and starts the run
 through the same function as the magic, so it rejects the same inputs with the same messages.
@@ -17,8 +18,10 @@ from IPython.core.error import UsageError
 
 from workbench.charts.live_charts import LiveCharts, LiveUpdater
 from workbench.config import Option
+from workbench.events.faults import FaultTally
 from workbench.launch.background_run import BackgroundRun, register_run_viewer
 from workbench.notebook.display import show
+from workbench.runtime.devices import device_tag
 from workbench.strategies import STRATEGIES
 
 
@@ -29,6 +32,24 @@ def _eta(run: BackgroundRun) -> str:
         return ""
     seconds = (time.time() - run.started) / done * left
     return f", ETA {seconds:.0f} s"
+
+
+def fault_note(faults: FaultTally, running: bool) -> str:
+    """The status line's fault part (HTML), e.g. ``restarts 2 · dropped 14``, led while the
+    run is running by the failure it has not recovered from yet; "" for a run without faults."""
+    parts = []
+    failure = faults.pending_failure
+    if running and failure is not None:
+        # A failure no device could be blamed for is the run's ("cluster"), not a device's.
+        named = "/task:" in failure.device
+        where = html.escape(device_tag(failure.device) if named else failure.device)
+        parts.append(
+            f"<span style='color:firebrick'>failure noticed on {where} "
+            f"at step {failure.step}</span>"
+        )
+    if faults.line():
+        parts.append(html.escape(faults.line()))
+    return " · ".join(parts)
 
 
 class RunPanel:
@@ -56,6 +77,8 @@ class RunPanel:
                 BokehModel(self.charts.layout),
             ]
         )
+        self._faults = FaultTally()
+        self._events_read = 0  # the panel reads the log from where it stopped, as the charts do
         self.updater = LiveUpdater(self.refresh, lambda: run.done)
 
     def _ipython_display_(self) -> None:
@@ -78,23 +101,36 @@ class RunPanel:
                 f"<a href='{html.escape(link)}' target='_blank'>Dask dashboard</a> "
                 "(workbench pages: individual-workbench-loss, -utilization, -timeline)"
             )
+        self.status.value = self._status_line()
+        if run.done:
+            self.stop_button.disabled = True
+            self.stop_button.description = run.state
+            self.stop_button.button_style = "" if run.state != "failed" else "warning"
+
+    def _status_line(self) -> str:
+        run = self.run
         if run.state == "failed":
-            self.status.value = (
+            line = (
                 f"<span style='color:firebrick'><b>failed</b>: "
                 f"{html.escape(f'{type(run.error).__name__}: {run.error}')}</span>"
             )
         elif run.done:
             summary = run.summary or {}
-            self.status.value = (
+            line = (
                 f"<b>{run.state}</b>: test accuracy {summary.get('test_accuracy', 0):.4f}, "
                 f"{summary.get('samples_per_second', 0):,.0f} samples/s"
             )
         else:
-            self.status.value = f"running: {html.escape(run.lines[-1] if run.lines else '')}"
-        if run.done:
-            self.stop_button.disabled = True
-            self.stop_button.description = run.state
-            self.stop_button.button_style = "" if run.state != "failed" else "warning"
+            line = f"running: {html.escape(run.lines[-1] if run.lines else '')}"
+        note = fault_note(self._read_faults(), running=not run.done)
+        return f"{line} · {note}" if note else line
+
+    def _read_faults(self) -> FaultTally:
+        new = self.run.log.since(self._events_read)
+        self._events_read += len(new)
+        for event in new:
+            self._faults.add(event)
+        return self._faults
 
 
 # The form -------------------------------------------------------------------------------
