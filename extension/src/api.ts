@@ -34,6 +34,14 @@ export interface IRun {
   started: number | null;
   ended: number | null;
   dashboardLink: string | null;
+  /** Restarts from a checkpoint so far (null: a run recorded before fault counts). */
+  restarts: number | null;
+  /** Devices noticed dead or stalled so far. */
+  failures: number | null;
+  /** Gradient pushes the parameter server discarded so far. */
+  droppedUpdates: number | null;
+  /** Seconds each restart took, failure noticed to first step after it ([] if none). */
+  recoverySeconds: number[];
 }
 
 /** One Dask cluster the workbench knows about. */
@@ -103,6 +111,12 @@ function numberOrNull(value: unknown): number | null {
   return typeof value === 'number' && Number.isFinite(value) ? value : null;
 }
 
+/** A list of finite numbers; a lone number is a list of one, anything else none. */
+function numberList(value: unknown): number[] {
+  const items = Array.isArray(value) ? value : [value];
+  return items.filter((item): item is number => numberOrNull(item) !== null);
+}
+
 function stringOrNull(value: unknown): string | null {
   return typeof value === 'string' && value.length > 0 ? value : null;
 }
@@ -124,7 +138,11 @@ export function parseRun(raw: unknown): IRun | null {
     error: stringOrNull(raw.error),
     started: numberOrNull(raw.started),
     ended: numberOrNull(raw.ended),
-    dashboardLink: stringOrNull(raw.dashboard_link)
+    dashboardLink: stringOrNull(raw.dashboard_link),
+    restarts: numberOrNull(raw.restarts),
+    failures: numberOrNull(raw.failures),
+    droppedUpdates: numberOrNull(raw.dropped_updates),
+    recoverySeconds: numberList(raw.recovery_seconds)
   };
 }
 

@@ -229,7 +229,9 @@ function createRunRow(runId: string, baseUrl: string): HTMLElement {
     link.title = tooltip;
     exports.append(link);
   }
-  row.append(head, fields, element('div', 'jp-WorkbenchRun-id', runId), exports);
+  const faults = element('div', 'jp-WorkbenchRun-faults');
+  faults.hidden = true;
+  row.append(head, fields, faults, element('div', 'jp-WorkbenchRun-id', runId), exports);
   return row;
 }
 
@@ -253,7 +255,49 @@ function updateRunRow(row: HTMLElement, run: IRun): void {
   setText(row, '.jp-WorkbenchRun-step', step);
   setText(row, '.jp-WorkbenchRun-loss', formatLoss(run.loss));
   setText(row, '.jp-WorkbenchRun-speed', formatSpeed(run.samplesPerSecond));
+  updateFaults(row, run);
   row.classList.toggle('jp-mod-live', isLive(run));
+}
+
+/**
+ * What went wrong in a run and what it cost, e.g. "Restarts 2 · Dropped 14"; "" for a run
+ * without faults or recorded before fault counts. Failures show only where they differ from
+ * the restarts: a failure still being recovered from, or one the run did not survive.
+ */
+export function faultSummary(run: IRun): string {
+  const restarts = run.restarts ?? 0;
+  const failures = run.failures ?? 0;
+  const parts: string[] = [];
+  if (restarts > 0) {
+    parts.push(`Restarts ${restarts}`);
+  }
+  if (failures > 0 && failures !== restarts) {
+    parts.push(`Failures ${failures}`);
+  }
+  if ((run.droppedUpdates ?? 0) > 0) {
+    parts.push(`Dropped ${run.droppedUpdates}`);
+  }
+  return parts.join(' · ');
+}
+
+/** The tooltip of the fault line: how long each recovery took. */
+export function recoveryTooltip(run: IRun): string {
+  if (run.recoverySeconds.length === 0) {
+    return 'Failures, restarts from a checkpoint and dropped gradient pushes';
+  }
+  const times = run.recoverySeconds.map(seconds => `${seconds.toFixed(1)} s`).join(', ');
+  return `Recovery took ${times}`;
+}
+
+function updateFaults(row: HTMLElement, run: IRun): void {
+  const node = row.querySelector<HTMLElement>('.jp-WorkbenchRun-faults');
+  if (!node) {
+    return;
+  }
+  const summary = faultSummary(run);
+  setText(row, '.jp-WorkbenchRun-faults', summary);
+  node.hidden = summary.length === 0;
+  node.title = recoveryTooltip(run);
 }
 
 function formatCount(value: number | null): string {

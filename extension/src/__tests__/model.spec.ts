@@ -93,8 +93,32 @@ describe('parsing', () => {
       error: null,
       started: 1700000000,
       ended: null,
-      dashboardLink: 'http://127.0.0.1:8787/status'
+      dashboardLink: 'http://127.0.0.1:8787/status',
+      // A record without fault counts (a run recorded before them) reads as none known.
+      restarts: null,
+      failures: null,
+      droppedUpdates: null,
+      recoverySeconds: []
     });
+  });
+
+  it('parses fault counts, null-safe', () => {
+    const faulty = parseRun({
+      ...RUNNING,
+      restarts: 2,
+      failures: 2,
+      dropped_updates: 14,
+      recovery_seconds: [1.5, 'x', null, 2.25]
+    });
+    expect(faulty?.restarts).toBe(2);
+    expect(faulty?.failures).toBe(2);
+    expect(faulty?.droppedUpdates).toBe(14);
+    expect(faulty?.recoverySeconds).toEqual([1.5, 2.25]);
+    const odd = parseRun({ ...RUNNING, restarts: '2', dropped_updates: null, recovery_seconds: 3 });
+    expect(odd?.restarts).toBeNull();
+    expect(odd?.droppedUpdates).toBeNull();
+    expect(odd?.recoverySeconds).toEqual([3]);
+    expect(parseRun({ ...RUNNING, recovery_seconds: { last: 3 } })?.recoverySeconds).toEqual([]);
   });
 
   it('drops records without an id and keeps unknown states', () => {
