@@ -34,6 +34,8 @@ class RunLink:
     def __init__(self, store: RunStore, run_id: str, job: TrainingJob, log: EventLog) -> None:
         self.job, self.log = job, log
         self.recorder = store.create(run_id, job.config.to_dict(), steps=job.total_steps)
+        # Periodic checkpoints go beside the run's events (the last two are kept).
+        job.checkpoint_directory = str(self.recorder.run.path / "checkpoints")
         log.subscribe(self.recorder.record)
         self._told_cluster = False
         self._ended = threading.Event()

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.checkpoint import load_checkpoint, save_checkpoint
+from workbench.checkpoint import load_checkpoint
 from workbench.config import ConfigError, RunConfig, total_steps
 from workbench.dashboard import DashboardObserver
 from workbench.data import DatasetError, GlobalBatchSampler, load_dataset
@@ -25,6 +25,7 @@ from workbench.runtime import array_module, resolve_device_type
 from workbench.strategies import STRATEGIES, StrategyDefinition, validate_config
 from workbench.strategies.cluster_strategy import ClusterStrategy
 from workbench.training.job import Progress, TrainingJob, evaluate_on_test
+from workbench.training.run_checkpoint import save_run_checkpoint
 
 # A checkpoint continues the same run only if these match: they decide the model, the data
 # order and the arithmetic.
@@ -173,21 +174,7 @@ def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> Run
     losses = log.scalars("loss")
     completed = losses[-1].step + 1 if losses else first_step
     if config.save:
-        save_checkpoint(
-            config.save,
-            params=parameters,
-            optimizer_state=optimizer_state,
-            step=completed,
-            rng_state={
-                "sampler": {
-                    "seed": config.seed,
-                    "next_step": completed,
-                    "permutation": "default_rng([seed, epoch])",
-                },
-                "dropout": {"seed": config.seed, "stream": "philox(seed*2**32+step)"},
-            },
-            config=config.to_dict(),
-        )
+        save_run_checkpoint(config.save, config, completed, parameters, optimizer_state)
     devices = strategy.device_names(config, device_type)
     figures = summarize(log, devices, config.batch_size)
     summary = {
@@ -209,7 +196,13 @@ def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> Run
         "per_device": figures["per_device"],
         "warmup_steps_excluded": figures["warmup_steps_excluded"],
         "saved_to": config.save,
+        # Recoveries from the last checkpoint, and the completed steps they ran again.
+        "restarts": job.faults.restarts,
+        "steps_recomputed": job.faults.steps_recomputed,
+        "recovery_seconds": [round(s, 3) for s in job.faults.recovery_seconds],
     }
+    if job.faults.devices is not None and job.faults.devices != len(devices):
+        summary["devices_at_end"] = job.faults.devices  # an elastic run that lost devices
     summary.update(strategy.summary_fields(config, log, devices))
 
     progress(

@@ -1,6 +1,8 @@
 """The life of a run whose devices keep state between tasks, shared by every distributed
-strategy: start the cluster, build each device's part once (setup tasks), drive the steps,
-gather the variables, clean up — and close the cluster whatever happens.
+strategy: start the cluster, build each device's part once (setup tasks), drive the steps
+(checkpointing periodically), gather the variables, clean up — and close the cluster whatever
+happens. When a device fails, every device is restored from the last checkpoint on the
+workers that are back (or, elastic, on fewer), up to ``--max-restarts`` times.
 
 A strategy describes only what differs, as a :class:`DevicePlan`: which task function sets up
 which device with which spec, which function runs K steps (and with what arguments), and which
@@ -15,9 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.events import EventLog
-from workbench.parallel.dispatch import submit_each, wait_all
+from workbench.parallel.dispatch import DeviceFailure, submit_each, wait_all
+from workbench.parallel.periodic_checkpoints import PeriodicCheckpoints
+from workbench.parallel.recovery import devices_after_failure, elastic_device_count
 from workbench.parallel.step_loop import drive_steps
-from workbench.runtime.cluster import ClusterSession, start_cluster
+from workbench.runtime.cluster import ClusterSession, ordered_workers, start_cluster
+from workbench.runtime.devices import device_name
 from workbench.runtime.worker_service import device_service
 from workbench.training.job import Progress, TrainingJob, evaluate_on_test
 from workbench.training.session import TrainingSession
@@ -77,7 +82,11 @@ def run_on_devices(
     devices: int,
     make_plan: Callable[[ClusterSession], DevicePlan],
     jobs: tuple[tuple[str, int], ...] | None = None,
+    elastic: bool = False,
 ) -> TrainingSession:
+    """Train ``job`` on ``devices`` cluster devices as ``make_plan`` says, checkpointing
+    periodically and recovering from failed devices (:mod:`workbench.parallel.recovery`);
+    ``elastic``: the plan re-shards the global batch over however many devices it is given."""
     config = job.config
     deadline = config.stall_timeout + 120
     scheduler_options: dict = {}
@@ -101,7 +110,72 @@ def run_on_devices(
         job.scheduler_address = getattr(session.client.scheduler, "address", None)
         if session.dashboard_link:
             progress(f"[{strategy}] Dask dashboard: {session.dashboard_link}")
-        plan = make_plan(session)
+        attempt = Attempt(strategy, job, log, progress, session, make_plan, deadline)
+        names = list(session.device_names)
+        while True:
+            try:
+                snapshots = attempt.run(grow_to=devices if elastic else None)
+                break
+            except Regroup:
+                continue  # at a checkpoint just written: nothing to recompute
+            except DeviceFailure as failure:
+                if job.faults.restarts >= config.max_restarts:
+                    attempt.clean_up()
+                    raise
+                noticed = attempt.record_failure(failure)
+                devices_after_failure(
+                    session,
+                    failure,
+                    devices,
+                    config.replacement_timeout,
+                    config.batch_size if elastic else None,
+                    lambda count: names if count == devices else _worker_names(session, count),
+                )
+                attempt.restore(noticed, failure)
+        job.faults.devices = len(session.addresses)
+        for snapshot in snapshots:
+            for event in snapshot.get("events", ()):
+                log.phase(*event)
+        host = TrainingSession(
+            job.model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed
+        )
+        host.load_state(*merged_state(snapshots))
+        # While the dashboard's pages still follow the run: the test point reaches them too.
+        evaluate_on_test(job, host, log)
+    return host
+
+
+def _worker_names(session: ClusterSession, count: int) -> list[str]:
+    return [device_name(session.device_type, task=task) for task in range(count)]
+
+
+def merged_state(snapshots: Sequence[dict]) -> tuple[dict, dict]:
+    """(variables, optimizer slots) from the devices that hold them."""
+    return (
+        {n: v for snapshot in snapshots for n, v in snapshot["parameters"].items()},
+        {n: v for snapshot in snapshots for n, v in snapshot["optimizer_state"].items()},
+    )
+
+
+class Regroup(Exception):
+    """An elastic run found more workers at a checkpoint boundary: set up again on them."""
+
+
+class Attempt:
+    """One go at the run on the session's current devices, from ``first`` (the run's first
+    step, or the checkpoint a recovery restarts from) to the end."""
+
+    def __init__(self, strategy, job, log, progress, session, make_plan, deadline) -> None:
+        self.strategy, self.job, self.log, self.progress = strategy, job, log, progress
+        self.session, self.make_plan, self.deadline = session, make_plan, deadline
+        self.checkpoints = PeriodicCheckpoints(job)
+        self.first = job.first_step
+        self.noticed: float | None = None  # when the failure being recovered from was seen
+
+    def run(self, grow_to: int | None) -> list[dict]:
+        session, strategy, job = self.session, self.strategy, self.job
+        plan = self.make_plan(session)
+        self.plan = plan
         try:
             for group in plan.setups:
                 ready = submit_each(
@@ -113,50 +187,124 @@ def run_on_devices(
                     [(spec,) for spec in group.specs],
                     ranks=group.ranks,
                 )
-                wait_all(session, ready, "setup", None, deadline, ranks=group.ranks)
+                wait_all(session, ready, "setup", self.first, self.deadline, ranks=group.ranks)
+
+            def after_chunk(first: int, step: int, results: list) -> None:
+                self._note_recovered(first, results)
+                if not self.checkpoints.due(step):
+                    return
+                self.checkpoints.save(step, *merged_state(self.gather(step)))
+                if grow_to is not None and len(session.addresses) < grow_to:
+                    self._grow(step, grow_to)
+
             drive_steps(
                 session,
                 job,
-                log,
-                progress,
+                self.log,
+                self.progress,
                 strategy,
                 plan.step_function,
                 plan.step_arguments,
                 ranks=plan.step_ranks,
+                first=self.first,
+                chunk_limit=self.checkpoints.steps_until_due,
+                after_chunk=after_chunk,
             )
-            snapshot = submit_each(
-                session,
-                strategy,
-                "snapshot",
-                None,
-                snapshot_device,
-                [(session.run_id,)] * len(plan.snapshot_ranks),
-                ranks=plan.snapshot_ranks,
-            )
-            snapshots = wait_all(
-                session,
-                snapshot,
-                "gathering variables",
-                job.total_steps,
-                deadline,
-                ranks=plan.snapshot_ranks,
-            )
-        finally:
-            cleanup = submit_each(
-                session, strategy, "cleanup", None, drop_device_state, [(session.run_id,)] * devices
-            )
-            with contextlib.suppress(Exception):  # the cluster is closed next anyway
-                wait_all(session, cleanup, "cleanup", None, deadline=10)
-        for snapshot in snapshots:
-            for event in snapshot.get("events", ()):
-                log.phase(*event)
-        host = TrainingSession(
-            job.model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed
+            snapshots = self.gather(job.total_steps)
+        except DeviceFailure:
+            raise  # the workers are restarted (recovery) or cleaned up (the run fails)
+        except BaseException:
+            self.clean_up()
+            raise
+        self.clean_up()
+        return snapshots
+
+    def gather(self, step: int) -> list[dict]:
+        """Every snapshot device's variables and slots (and the events it kept)."""
+        ranks = self.plan.snapshot_ranks
+        futures = submit_each(
+            self.session,
+            self.strategy,
+            "snapshot",
+            step,
+            snapshot_device,
+            [(self.session.run_id,)] * len(ranks),
+            ranks=ranks,
         )
-        host.load_state(
-            {n: v for snapshot in snapshots for n, v in snapshot["parameters"].items()},
-            {n: v for snapshot in snapshots for n, v in snapshot["optimizer_state"].items()},
+        snapshots = wait_all(
+            self.session, futures, "gathering variables", step, self.deadline, ranks=ranks
         )
-        # While the dashboard's pages still follow the run: the test point reaches them too.
-        evaluate_on_test(job, host, log)
-    return host
+        if step < self.job.total_steps:  # a checkpoint: log what the devices kept so far
+            for snapshot in snapshots:
+                for event in snapshot.pop("events", ()):
+                    self.log.phase(*event)
+        return snapshots
+
+    def clean_up(self) -> None:
+        session = self.session
+        cleanup = submit_each(
+            session,
+            self.strategy,
+            "cleanup",
+            None,
+            drop_device_state,
+            [(session.run_id,)] * len(session.addresses),
+        )
+        with contextlib.suppress(Exception):  # the cluster is closed next anyway
+            wait_all(session, cleanup, "cleanup", None, deadline=10)
+
+    def record_failure(self, failure: DeviceFailure) -> float:
+        noticed = self.job.clock()
+        step = failure.step if failure.step is not None else self.first
+        self.log.phase(failure.device or "cluster", "failure", step, noticed, noticed)
+        self.progress(
+            f"[{self.strategy}] {failure}; restoring every device from the checkpoint at step "
+            f"{self.checkpoints.step}"
+        )
+        return noticed
+
+    def restore(self, noticed: float, failure: DeviceFailure) -> None:
+        """Go on from the last checkpoint on the session's (new) devices."""
+        job = self.job
+        job.faults.restarts += 1
+        self.log.scalar("restarts", self.checkpoints.step, job.faults.restarts, job.clock())
+        self.first, job.initial_parameters, job.initial_optimizer_state = (
+            self.checkpoints.restart_point()
+        )
+        job.restored_step = self.first
+        if failure.step is not None:
+            job.faults.steps_recomputed += max(0, failure.step - self.first)
+        self.noticed = noticed
+
+    def _note_recovered(self, first: int, results: list) -> None:
+        """After a restore, the first round's start is the end of the recovery."""
+        if self.noticed is None:
+            return
+        starts = [event[3] for result in results for event in result["events"]]
+        resumed = min(starts) if starts else self.job.clock()
+        for device in self.session.device_names:
+            self.log.phase(device, "recovery", first, self.noticed, resumed)
+        seconds = resumed - self.noticed
+        self.job.faults.recovery_seconds.append(seconds)
+        self.log.scalar("recovery_seconds", first, seconds, self.job.clock())
+        self.progress(
+            f"[{self.strategy}] recovered on {len(self.session.addresses)} devices in "
+            f"{seconds:.1f}s; going on from step {first}"
+        )
+        self.noticed = None
+
+    def _grow(self, step: int, grow_to: int) -> None:
+        """An elastic run on fewer devices takes workers that joined, at a checkpoint."""
+        session, job = self.session, self.job
+        workers = ordered_workers(session.client)[:grow_to]
+        count = elastic_device_count(len(workers), job.config.batch_size)
+        if count <= len(session.addresses):
+            return
+        self.clean_up()
+        self.progress(f"[{self.strategy}] {count} devices available again at step {step}")
+        session.rebind(workers[:count], _worker_names(session, count))
+        self.first, job.initial_parameters, job.initial_optimizer_state = (
+            self.checkpoints.restart_point()
+        )
+        job.restored_step = self.first
+        raise Regroup

@@ -18,7 +18,12 @@ from workbench.runtime.devices import device_tag
 
 
 class DeviceFailure(RuntimeError):
-    """A device failed or stopped answering; the message names it and the step."""
+    """A device failed or stopped answering; the message names it and the step (``device``
+    and ``step`` say the same for code that recovers)."""
+
+    def __init__(self, message: str, device: str | None = None, step: int | None = None) -> None:
+        super().__init__(message)
+        self.device, self.step = device, step
 
 
 def submit_each(
@@ -87,14 +92,18 @@ def wait_all(
                 _raise_if_a_device_left(session, futures, what, step, detail)
                 _cancel(session, futures)
                 raise DeviceFailure(
-                    f"{session.device_names[rank]} failed during {what} at step {step}: {detail}"
+                    f"{session.device_names[rank]} failed during {what} at step {step}: {detail}",
+                    session.device_names[rank],
+                    step,
                 )
         if pending and time.monotonic() - started > deadline:
             _cancel(session, futures)
-            silent = ", ".join(session.device_names[ranks[list(futures).index(f)]] for f in pending)
+            silent = [session.device_names[ranks[list(futures).index(f)]] for f in pending]
             raise DeviceFailure(
-                f"{silent} did not finish {what} at step {step} within {deadline:.0f}s "
-                "(stalled or died)"
+                f"{', '.join(silent)} did not finish {what} at step {step} within "
+                f"{deadline:.0f}s (stalled or died)",
+                silent[0],
+                step,
             )
     return session.client.gather(list(futures))
 
@@ -129,5 +138,7 @@ def _raise_if_a_device_left(
             echo = f"; its peers reported: {detail}" if detail else ""
             raise DeviceFailure(
                 f"{session.device_names[rank]} died during {what} at step {step} "
-                f"(its worker {address} left the cluster){echo}"
+                f"(its worker {address} left the cluster){echo}",
+                session.device_names[rank],
+                step,
             )

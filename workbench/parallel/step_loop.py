@@ -31,15 +31,20 @@ def drive_steps(
     function: Callable,
     arguments_for: Callable[[int, int], Sequence[tuple]],
     ranks: Sequence[int] | None = None,
+    first: int | None = None,
+    chunk_limit: Callable[[int], int | None] = lambda step: None,
+    after_chunk: Callable[[int, int, list], None] = lambda first, step, results: None,
 ) -> None:
-    """Run steps ``job.first_step`` .. ``job.total_steps`` on the devices ``ranks``."""
-    step = job.first_step
+    """Run steps ``first`` (default ``job.first_step``) .. ``job.total_steps`` on the devices
+    ``ranks``. A task stops short of ``chunk_limit(step)`` more steps (a checkpoint boundary);
+    ``after_chunk(first, next step, results)`` runs once a round's events are logged."""
+    step = job.first_step if first is None else first
     chunk_seconds = 60.0
     while step < job.total_steps:
         if job.stop.is_set():
             progress(f"[{strategy}] stopped at step {step}")
             return
-        count = min(STEPS_PER_TASK, job.total_steps - step)
+        count = min(STEPS_PER_TASK, job.total_steps - step, chunk_limit(step) or STEPS_PER_TASK)
         started = job.clock()
         futures = submit_each(
             session, strategy, "step", step, function, arguments_for(step, count), ranks=ranks
@@ -74,4 +79,5 @@ def drive_steps(
             line = epoch_progress(job, current, loss, strategy)
             if line:
                 progress(line)
+        after_chunk(step, step + count, results)
         step += count

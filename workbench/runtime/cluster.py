@@ -36,6 +36,14 @@ class ClusterSession:
     dashboard_link: str | None
     owned: list = field(default_factory=list)  # clusters this session started and must close
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    earlier_run_ids: list[str] = field(default_factory=list)  # before recoveries
+
+    def rebind(self, addresses: list[str], device_names: list[str]) -> None:
+        """Go on with these workers under a fresh run id (after a device failed): the old
+        id's state, tensors and shared-memory segments belong to the failed attempt."""
+        self.earlier_run_ids.append(self.run_id)
+        self.run_id = uuid.uuid4().hex[:12]
+        self.addresses, self.device_names = list(addresses), list(device_names)
 
     def close(self) -> None:
         errors = []
@@ -147,6 +155,13 @@ def _rank_key(name) -> tuple:
     return (0, int(text), "") if text.isdigit() else (1, 0, text)
 
 
+def ordered_workers(client) -> list[str]:
+    """The cluster's worker addresses in rank order: by worker name, so ranks are stable
+    across runs, and a worker a nanny restarted (same name, new address) keeps its rank."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    return sorted(workers, key=lambda addr: _rank_key(workers[addr].get("name", addr)))
+
+
 @contextlib.contextmanager
 def start_cluster(
     devices: int,
@@ -188,9 +203,7 @@ def start_cluster(
             raise ClusterError(
                 f"--devices: {devices} devices requested but the cluster has {len(workers)} workers"
             )
-        # Rank order = worker name order, so ranks are stable across runs.
-        ordered = sorted(workers, key=lambda addr: _rank_key(workers[addr].get("name", addr)))
-        ordered = ordered[:devices]
+        ordered = ordered_workers(client)[:devices]
         reports = client.run(describe_device, workers=ordered)
         device_type = decide_device_type(
             device_type,
@@ -220,5 +233,7 @@ def start_cluster(
             with contextlib.suppress(Exception):
                 cluster.close()
         if owned and session is not None:
-            # Every worker of this run was on this host; one killed mid-run left its segments.
-            unlink_run_segments(session.run_id)
+            # Every worker of this run was on this host; one killed mid-run left its segments
+            # (a recovered run used one run id per attempt).
+            for run_id in {session.run_id, *session.earlier_run_ids}:
+                unlink_run_segments(run_id)

@@ -28,6 +28,10 @@ class ClusterStrategy(StrategyDefinition):
     def device_count(self, config: RunConfig) -> int:
         return config.devices
 
+    def elastic(self, config: RunConfig) -> bool:
+        """Whether the run may go on with fewer devices (its plan re-shards the batch)."""
+        return False
+
     @abstractmethod
     def plan(
         self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress
@@ -45,4 +49,5 @@ class ClusterStrategy(StrategyDefinition):
             self.device_count(config),
             lambda session: self.plan(config, job, session, progress),
             self.jobs(config),
+            elastic=self.elastic(config),
         )

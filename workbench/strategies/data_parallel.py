@@ -52,6 +52,10 @@ class DataParallel(ClusterStrategy):
     def check_config(self, config: RunConfig) -> None:
         replicas_divide_the_batch(config)
 
+    def elastic(self, config: RunConfig) -> bool:
+        # Replica r of N takes rows [r*B/N, (r+1)*B/N) of the same global batch, for any N.
+        return bool(config.options.get("elastic", False))
+
     def plan(
         self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress
     ) -> DevicePlan:

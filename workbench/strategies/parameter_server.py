@@ -95,6 +95,7 @@ class ParameterServer(ClusterStrategy):
                 device=session.device_names[shard_ranks[k]],
                 clock_origin=job.clock_origin,
                 device_type=session.device_type,
+                first_step=job.devices_start_at(),
             )
             for k in range(shards)
         ]

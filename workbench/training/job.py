@@ -33,6 +33,17 @@ class ClusterObserver(Protocol):
 
 
 @dataclass
+class FaultRecord:
+    """What went wrong during a run and what it cost (the ``--json`` summary reports it)."""
+
+    restarts: int = 0  # recoveries from the last checkpoint
+    steps_recomputed: int = 0  # completed steps after that checkpoint, run again
+    recovery_seconds: list[float] = field(default_factory=list)  # failure -> first step after
+    dropped_updates: int = 0  # gradient pushes a parameter server discarded
+    devices: int | None = None  # an elastic run's device count at the end
+
+
+@dataclass
 class TrainingJob:
     config: RunConfig
     model: Sequential
@@ -55,6 +66,16 @@ class TrainingJob:
     # (test loss, test accuracy) once evaluated: see evaluate_on_test.
     test_result: tuple[float, float] | None = None
     observers: list[ClusterObserver] = field(default_factory=list)
+    # Where periodic checkpoints go (the run's directory in the run store); None: kept in
+    # memory only, for recovery.
+    checkpoint_directory: str | None = None
+    faults: FaultRecord = field(default_factory=FaultRecord)
+    # The step the devices start from now: ``first_step``, or the checkpoint a recovery
+    # restored (with ``initial_parameters`` and ``initial_optimizer_state`` then its state).
+    restored_step: int | None = None
+
+    def devices_start_at(self) -> int:
+        return self.first_step if self.restored_step is None else self.restored_step
 
     def clock(self) -> float:
         """Seconds since the run started: the time axis of every event."""

@@ -49,6 +49,7 @@ class ShardSpec:
     device: str
     clock_origin: float
     device_type: str = "cpu"
+    first_step: int = 0  # the step the run (or its restore) starts from
 
 
 def shard_bucket(shapes: dict, names, itemsize: int) -> Bucket:
@@ -77,7 +78,9 @@ class ParameterShard:
         shapes = {n: spec.parameters[n].shape for n in spec.names}
         self.bucket = shard_bucket(shapes, spec.names, np.dtype(config.dtype).itemsize)
         bound = config.staleness if config.mode == "async" else None
-        self.protocol = ShardProtocol(spec.workers, config.mode, bound)
+        # Versions count updates from the run's start: a step in sync mode, a push in async.
+        first_version = spec.first_step * (spec.workers if config.mode == "async" else 1)
+        self.protocol = ShardProtocol(spec.workers, config.mode, bound, version=first_version)
         self.async_mode = config.mode == "async"
         # Sync: the mean of N gradients. Async: each worker's gradient counts 1/N, so a pass
         # over the data moves the variables as far as a synchronous pass would.
@@ -135,16 +138,18 @@ class ParameterShard:
         return {"staleness": staleness}
 
     def snapshot(self) -> dict[str, Any]:
-        """Variables, slots, staleness log and events (taken on the shard's update thread)."""
+        """Variables, slots, staleness log and the events since the last snapshot (taken on
+        the shard's update thread)."""
         state = self.thread.submit(
             lambda: {n: self.arrays.to_host(v) for n, v in self.state.items()}
         ).result()
         names = set(self.spec.names)
+        events, self.events = self.events, []  # each event is handed over once
         return {
             "parameters": {n: v for n, v in state.items() if n in names},
             "optimizer_state": {n: v for n, v in state.items() if n not in names},
             "staleness": list(self.protocol.staleness_log),
-            "events": list(self.events),
+            "events": events,
         }
 
     # --- instructions ----------------------------------------------------------------------------

@@ -1,0 +1,94 @@
+"""Getting a synchronous run going again after a device failed: which workers it goes on
+with, and on how many devices.
+
+A failed device's variables died with it, and its peers are stuck in the step they shared with
+it, so every worker of the run is restarted (through its Dask nanny) and every device is later
+restored from the last checkpoint, as torchrun does. A local cluster's nanny also restarts the
+worker that died; an existing cluster may offer a spare. The run waits up to
+``--replacement-timeout`` for as many workers as it had; an ``--elastic`` data-parallel run goes
+on with fewer when they do not come, as many as divide the global batch evenly (the batch and
+its order stay the same, so the trajectory does too: docs/architecture.md, "Faults and
+stragglers").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+
+from workbench.parallel.dispatch import DeviceFailure
+from workbench.runtime.cluster import ClusterSession, ordered_workers
+
+RESTART_TIMEOUT_S = 60.0
+
+
+def restart_survivors(session: ClusterSession) -> None:
+    """End the run's worker processes that are still there (their state is the failed
+    attempt's, and their task thread may be stuck in a collective with the dead peer); their
+    nannies start fresh ones at once. A graceful restart would first wait seconds for that
+    stuck thread."""
+    alive = set(ordered_workers(session.client))
+    survivors = [address for address in session.addresses if address in alive]
+    if survivors:
+        with contextlib.suppress(Exception):  # they die before they can answer
+            session.client.run(_exit_now, workers=survivors, wait=False)
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while set(survivors) & set(ordered_workers(session.client)):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+
+
+async def _exit_now() -> None:
+    # A coroutine runs on the worker's event loop, not behind the stuck task thread.
+    os._exit(1)
+
+
+def wait_for_workers(session: ClusterSession, wanted: int, timeout: float) -> list[str]:
+    """Up to ``wanted`` worker addresses in rank order, waiting ``timeout`` seconds at most
+    for that many to be there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        workers = ordered_workers(session.client)
+        if len(workers) >= wanted or time.monotonic() >= deadline:
+            return workers[:wanted]
+        time.sleep(0.1)
+
+
+def elastic_device_count(available: int, batch_size: int) -> int:
+    """The most devices, at most ``available``, that split the global batch evenly.
+
+    Examples
+    --------
+    >>> elastic_device_count(3, 64), elastic_device_count(2, 66), elastic_device_count(0, 8)
+    (2, 2, 0)
+    """
+    return next((n for n in range(available, 0, -1) if batch_size % n == 0), 0)
+
+
+def devices_after_failure(
+    session: ClusterSession,
+    failure: DeviceFailure,
+    wanted: int,
+    timeout: float,
+    elastic_batch: int | None,
+    names_for: Callable[[int], list[str]],
+) -> None:
+    """Rebind ``session`` to the workers the run goes on with, or re-raise ``failure``: fewer
+    than ``wanted`` came back and the run is not elastic (``elastic_batch``: the global batch
+    an elastic run re-shards)."""
+    restart_survivors(session)
+    workers = wait_for_workers(session, wanted, timeout)
+    count = len(workers)
+    if count < wanted:
+        count = elastic_device_count(count, elastic_batch) if elastic_batch else 0
+        if count == 0:
+            raise DeviceFailure(
+                f"{failure} ; {len(workers)} of {wanted} workers were back within "
+                f"--replacement-timeout {timeout:g}s",
+                failure.device,
+                failure.step,
+            ) from failure
+    session.rebind(workers[:count], names_for(count))
