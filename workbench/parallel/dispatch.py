@@ -105,7 +105,23 @@ def wait_all(
                 silent[0],
                 step,
             )
-    return session.client.gather(list(futures))
+    return _gather(session, futures, what, step, max(deadline - (time.monotonic() - started), 5))
+
+
+def _gather(session: ClusterSession, futures: Sequence, what: str, step, timeout: float) -> list:
+    """The finished futures' results. A worker that dies after finishing takes its results
+    with it, and a result pinned to a dead worker is waited for forever, so the gather is
+    bounded (``callback_timeout``; ``Client.gather`` itself takes none)."""
+    client = session.client
+    try:
+        return client.sync(client._gather, list(futures), callback_timeout=timeout)
+    except TimeoutError:
+        _raise_if_a_device_left(session, futures, what, step)
+        raise DeviceFailure(
+            f"the results of {what} at step {step} did not arrive within {timeout:.0f}s",
+            None,
+            step,
+        ) from None
 
 
 def _cancel(session: ClusterSession, futures: Sequence) -> None:
