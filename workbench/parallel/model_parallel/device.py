@@ -18,6 +18,7 @@ from workbench.data import GlobalBatchSampler, load_dataset
 from workbench.ir import Executable, Graph
 from workbench.ir.ops.communication import RENDEZVOUS
 from workbench.optim import LearningRateSchedule, make_optimizer
+from workbench.parallel.straggler import SimulatedStraggler
 from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
@@ -68,6 +69,7 @@ class ModelParallelDevice:
         self.program = Executable(spec.partition)
         self.names = tuple(n.attrs["var"] for n in spec.partition.nodes if n.op == "variable")
         self.device = worker.device
+        self.straggler = SimulatedStraggler.for_device(worker.config, self.device)
         self.arrays = worker.device_arrays()
         self.xp = self.arrays.xp
         self.current_step = worker.total_steps
@@ -109,7 +111,8 @@ class ModelParallelDevice:
                 feeds[DROPOUT_SEED] = dropout_seed(self.config.seed, step)
             self.rendezvous.waits, self.rendezvous.sent = [], 0
             start = self.clock()
-            out = self.program.run(feeds, self.state, self.xp)
+            with self.straggler.computing():
+                out = self.program.run(feeds, self.state, self.xp)
             self.transport.flush()
             end = self.clock()
             cursor = start

@@ -33,6 +33,7 @@ from workbench.parallel.pipeline.stages import (
     build_stage_graphs,
     split_layers,
 )
+from workbench.parallel.straggler import SimulatedStraggler
 from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
@@ -77,6 +78,7 @@ class StageWorker:
         self.forward, self.backward = Executable(graphs.forward), Executable(graphs.backward)
         self.update = Executable(build_update_graph(model, optimizer, config.dtype, self.names))
         self.device = worker.device
+        self.straggler = SimulatedStraggler.for_device(worker.config, self.device)
         self.arrays = worker.device_arrays()
         self.xp = self.arrays.xp
         self.current_step = worker.total_steps
@@ -149,7 +151,9 @@ class StageWorker:
                         self._phase(events, "recv", step, start, 0, stage_input.nbytes)
                     stashed[m] = stage_input
                     start = self.clock()
-                    out = self.forward.run(self._feeds(step, m, stage_input), self.state, self.xp)
+                    with self.straggler.computing():
+                        feeds = self._feeds(step, m, stage_input)
+                        out = self.forward.run(feeds, self.state, self.xp)
                     self._phase(events, "compute", step, start)
                     if self.last:
                         step_loss += float(out["loss"]) / self.microbatches
@@ -164,7 +168,8 @@ class StageWorker:
                         feeds[OUTPUT_GRADIENT] = transport.recv(self.rank + 1, f"s{step}/g{m}")
                         self._phase(events, "recv", step, start, 0, feeds[OUTPUT_GRADIENT].nbytes)
                     start = self.clock()
-                    out = self.backward.run(feeds, self.state, self.xp)
+                    with self.straggler.computing():
+                        out = self.backward.run(feeds, self.state, self.xp)
                     for name in self.names:
                         grad = out[gradient_name(name)]
                         if name in totals:
