@@ -203,7 +203,10 @@ def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> Run
     }
     if job.faults.devices is not None and job.faults.devices != len(devices):
         summary["devices_at_end"] = job.faults.devices  # an elastic run that lost devices
-    summary.update(strategy.summary_fields(config, log, devices))
+    extra = strategy.summary_fields(config, log, devices)
+    for entry, more in zip(summary["per_device"], extra.pop("per_device", ())):
+        entry.update(more)  # e.g. a parameter server's updates per worker
+    summary.update(extra)
 
     progress(
         f"[{config.strategy}] test accuracy {test_accuracy:.4f}  test loss {test_loss:.4f}  "

@@ -42,6 +42,9 @@ class DevicePlan:
     step_arguments: Callable[[int, int], Sequence[tuple]]
     step_ranks: Sequence[int]
     snapshot_ranks: Sequence[int]
+    # Replaces the client's chunked step loop (free-running parameter-server workers):
+    # driver(session, job, log, progress, strategy, first, after_chunk).
+    driver: Callable | None = None
 
     @classmethod
     def uniform(
@@ -197,19 +200,24 @@ class Attempt:
                 if grow_to is not None and len(session.addresses) < grow_to:
                     self._grow(step, grow_to)
 
-            drive_steps(
-                session,
-                job,
-                self.log,
-                self.progress,
-                strategy,
-                plan.step_function,
-                plan.step_arguments,
-                ranks=plan.step_ranks,
-                first=self.first,
-                chunk_limit=self.checkpoints.steps_until_due,
-                after_chunk=after_chunk,
-            )
+            if plan.driver is not None:
+                plan.driver(
+                    session, job, self.log, self.progress, strategy, self.first, after_chunk
+                )
+            else:
+                drive_steps(
+                    session,
+                    job,
+                    self.log,
+                    self.progress,
+                    strategy,
+                    plan.step_function,
+                    plan.step_arguments,
+                    ranks=plan.step_ranks,
+                    first=self.first,
+                    chunk_limit=self.checkpoints.steps_until_due,
+                    after_chunk=after_chunk,
+                )
             snapshots = self.gather(job.total_steps)
         except DeviceFailure:
             raise  # the workers are restarted (recovery) or cleaned up (the run fails)

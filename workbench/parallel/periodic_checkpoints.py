@@ -45,8 +45,8 @@ class PeriodicCheckpoints:
         """Whether the boundary before ``step`` gets a checkpoint."""
         if step <= self.step or step >= self.job.total_steps:
             return False  # nothing new, or the run's own end (execute_run saves that one)
-        if self.every is not None:
-            return step % self.every == 0
+        if self.every is not None:  # a boundary crossed (free-running runs skip steps)
+            return step // self.every > self.step // self.every
         return self.job.clock() - self._saved_at >= AUTO_INTERVAL_S
 
     def save(self, step: int, parameters: dict, optimizer_state: dict) -> None:

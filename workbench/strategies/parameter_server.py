@@ -21,6 +21,7 @@ from workbench.data import shard_rows
 from workbench.events import EventLog
 from workbench.optim import init_slots
 from workbench.parallel.device_run import DevicePlan, SetupGroup
+from workbench.parallel.parameter_server.free_running import FreeRunningDriver
 from workbench.parallel.parameter_server.partitioner import partition_variables
 from workbench.parallel.parameter_server.shard_service import ShardSpec, setup_shard
 from workbench.parallel.parameter_server.worker_loop import (
@@ -51,6 +52,13 @@ class ParameterServer(ClusterStrategy):
                 "--backup-workers",
                 f"drops the late gradients of synchronous steps; add {BACKUP_WORKERS.applies_with}",
             )
+        if config.replication == "in-graph" and (config.mode == "async" or config.backup_workers):
+            raise ConfigError(
+                "--replication",
+                "in-graph ships every worker its batches with each chunk of synchronous steps; "
+                "free-running workers (--mode async, --backup-workers) read their own: use "
+                "--replication between-graph",
+            )
         if config.backup_workers >= config.devices:
             raise ConfigError(
                 "--backup-workers",
@@ -76,6 +84,9 @@ class ParameterServer(ClusterStrategy):
         slots = job.initial_optimizer_state or init_slots(job.optimizer, params)
         placement = partition_variables(model.parameter_shapes(), shards)
         in_graph = config.replication == "in-graph"
+        # Async workers, and sync ones with backups, loop on their own: no client barrier.
+        free_running = config.mode == "async" or config.backup_workers > 0
+        per_step = workers if config.mode == "async" else 1
         worker_ranks = list(range(workers))
         shard_ranks = list(range(workers, workers + shards))
         shard_specs = [
@@ -96,18 +107,30 @@ class ParameterServer(ClusterStrategy):
                 clock_origin=job.clock_origin,
                 device_type=session.device_type,
                 first_step=job.devices_start_at(),
+                total_updates=job.total_steps * per_step if free_running else None,
+                backups=config.backup_workers,
             )
             for k in range(shards)
         ]
-        worker_specs = [
-            ParameterServerWorkerSpec(
+
+        def worker_spec(rank: int) -> ParameterServerWorkerSpec:
+            return ParameterServerWorkerSpec(
                 worker=make_worker_spec(session, job, rank, workers, reads_own_data=not in_graph),
                 shard_addresses=tuple(session.addresses[r] for r in shard_ranks),
                 shard_devices=tuple(session.device_names[r] for r in shard_ranks),
                 shard_names=tuple(tuple(names) for names in placement),
             )
-            for rank in worker_ranks
-        ]
+
+        worker_specs = [worker_spec(rank) for rank in worker_ranks]
+        driver = None
+        if free_running:
+            driver = FreeRunningDriver(
+                worker_ranks,
+                shard_ranks,
+                setup_ps_worker,
+                worker_spec,
+                updates_per_step=workers if config.mode == "async" else 1,
+            )
         return DevicePlan(
             # Shards first: workers pull from them as soon as they start.
             setups=[
@@ -118,6 +141,7 @@ class ParameterServer(ClusterStrategy):
             step_arguments=self._step_arguments(config, session, job, in_graph),
             step_ranks=worker_ranks,
             snapshot_ranks=shard_ranks,  # the shards hold the variables
+            driver=driver,
         )
 
     def _step_arguments(self, config: RunConfig, session, job: TrainingJob, in_graph: bool):
@@ -145,17 +169,28 @@ class ParameterServer(ClusterStrategy):
     def summary_fields(
         self, config: RunConfig, log: EventLog, devices: list[str]
     ) -> dict[str, Any]:
+        pushes = [e for e in log.phases() if e.phase in ("ps-push", "dropped")]
+        fields: dict[str, Any] = {
+            # Pushes each worker had applied (a shard's own push records are not counted).
+            "per_device": [
+                {"updates": sum(e.device == d and e.phase == "ps-push" for e in pushes)}
+                if d in devices[: config.devices]
+                else {}
+                for d in devices
+            ],
+            "dropped_gradients": sum(e.phase == "dropped" for e in pushes),
+        }
         staleness = [event.value for event in log.scalars("staleness")]
         if not staleness:
-            return {}
+            return fields
         # Staleness of every applied update (updates between a worker's read and its push).
-        return {
+        return fields | {
             "staleness": {
                 "max": int(max(staleness)),
                 "mean": float(np.mean(staleness)),
                 "updates": len(staleness),
                 "histogram": {
-                    str(k): int(v) for k, v in zip(*np.unique(staleness, return_counts=True))
+                    str(int(k)): int(v) for k, v in zip(*np.unique(staleness, return_counts=True))
                 },
             }
         }

@@ -17,6 +17,13 @@ outstanding worker before its own push lands, so every applied update has stalen
 S = 0 makes workers take turns (every gradient computed on the latest variables).
 
 Pushes are deduplicated by (worker, step): at-least-once delivery never applies a step twice.
+
+Free-running workers (async, or sync with backup workers) loop on their own until the run's
+budget of updates (``total_updates``) is spent; from then on every pull is answered at once
+and marked done, and a late push is dropped. ``backups`` B (sync): step k's update is the mean
+of the first N - B pushes for step k, and later ones are dropped (Chen et al. 2016, "Revisiting
+Distributed Synchronous SGD"); a pull asks for a step at least k and gets the newest. A worker
+that died is forgotten (:class:`Forget`): its outstanding read no longer holds back the others'.
 """
 
 from __future__ import annotations
@@ -38,6 +45,26 @@ class Push:
     step: int
     read_version: int
     gradients: Any
+
+
+@dataclass(frozen=True)
+class Forget:
+    """``worker`` is gone: drop its outstanding read and its waiting pulls."""
+
+    worker: int
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Spend no more updates: the run was asked to stop."""
+
+
+@dataclass(frozen=True)
+class DropPush:
+    """``worker``'s push for ``step`` came too late (a backup's, or past the budget)."""
+
+    worker: int
+    step: int
 
 
 @dataclass(frozen=True)
@@ -78,22 +105,43 @@ class ShardProtocol:
     )  # sync: step -> worker -> grads
     applied: set[tuple[int, int]] = field(default_factory=set)  # (worker, step) seen
     staleness_log: list[int] = field(default_factory=list)
+    total_updates: int | None = None  # free-running: the run's budget (None: the client's)
+    backups: int = 0  # sync: pushes per step not waited for
+    dropped: int = 0
+    updates_by_worker: dict[int, int] = field(default_factory=dict)  # pushes applied
 
     def __post_init__(self) -> None:
         if self.mode not in ("sync", "async"):
             raise ValueError(f"mode must be sync or async, got {self.mode!r}")
         if self.workers < 1:
             raise ValueError("a shard needs at least one worker")
+        if not 0 <= self.backups < self.workers:
+            raise ValueError(f"backups must be 0 .. {self.workers - 1}, got {self.backups}")
+
+    @property
+    def done(self) -> bool:
+        return self.total_updates is not None and self.version >= self.total_updates
 
     # --- events ------------------------------------------------------------------------------
 
-    def handle(self, event: Pull | Push) -> list:
+    def handle(self, event: Pull | Push | Forget | Stop) -> list:
         if isinstance(event, Pull):
             self.waiting.append(event)
+            return self._grant_pulls()
+        if isinstance(event, Forget):
+            self.outstanding.pop(event.worker, None)
+            self.waiting = deque(pull for pull in self.waiting if pull.worker != event.worker)
+            return self._grant_pulls()
+        if isinstance(event, Stop):
+            self.total_updates = self.version
             return self._grant_pulls()
         if (event.worker, event.step) in self.applied:
             return [IgnoreDuplicate(event.worker, event.step)]
         self.applied.add((event.worker, event.step))
+        if self.done or (self.mode == "sync" and event.step < self.version):
+            self.outstanding.pop(event.worker, None)
+            self.dropped += 1
+            return [DropPush(event.worker, event.step), *self._grant_pulls()]
         if self.mode == "sync":
             return self._sync_push(event)
         return self._async_push(event)
@@ -107,7 +155,7 @@ class ShardProtocol:
             )
         arrived = self.pending.setdefault(push.step, {})
         arrived[push.worker] = push.gradients
-        if len(arrived) < self.workers:
+        if len(arrived) < self.workers - self.backups:
             return []
         del self.pending[push.step]
         order = tuple(sorted(arrived))
@@ -115,6 +163,8 @@ class ShardProtocol:
             ApplyUpdate(tuple(arrived[w] for w in order), self.version, (0,) * len(order), order)
         ]
         self.staleness_log.extend([0] * len(order))
+        for worker in order:
+            self.updates_by_worker[worker] = self.updates_by_worker.get(worker, 0) + 1
         self.version += 1
         return instructions + self._grant_pulls()
 
@@ -127,14 +177,18 @@ class ShardProtocol:
             ApplyUpdate((push.gradients,), self.version, (staleness,), (push.worker,))
         ]
         self.staleness_log.append(staleness)
+        self.updates_by_worker[push.worker] = self.updates_by_worker.get(push.worker, 0) + 1
         self.version += 1
         return instructions + self._grant_pulls()
 
     # --- pulls ---------------------------------------------------------------------------------
 
     def _may_grant(self, pull: Pull) -> bool:
+        if self.done:
+            return True  # answered at once, marked done: the worker's loop ends
         if self.mode == "sync":
-            return pull.step == self.version
+            # A pull asks for step k or newer; with backups the newest may be past k.
+            return pull.step <= self.version
         if self.staleness_bound is None:
             return True
         others = {w: r for w, r in self.outstanding.items() if w != pull.worker}
@@ -154,7 +208,7 @@ class ShardProtocol:
         # starvation). Waiting here never blocks progress: the workers holding reads will push.
         while self.waiting and self._may_grant(self.waiting[0]):
             pull = self.waiting.popleft()
-            if self.mode == "async":
+            if self.mode == "async" and not self.done:
                 self.outstanding[pull.worker] = self.version
             granted.append(SendParameters(pull.worker, pull.step, self.version))
         return granted

@@ -23,14 +23,17 @@ from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.parallel.collectives import Bucket, plan_buckets
 from workbench.parallel.parameter_server.protocol import (
     ApplyUpdate,
+    DropPush,
+    Forget,
     Pull,
     Push,
     SendParameters,
     ShardProtocol,
+    Stop,
 )
 from workbench.runtime.device_arrays import DeviceArrays
 from workbench.runtime.peer_transport import route, wire_of
-from workbench.runtime.worker_service import device_service
+from workbench.runtime.worker_service import SERVICE_NAME, device_service
 from workbench.training.graphs import LEARNING_RATE, build_update_graph, gradient_name
 
 
@@ -50,6 +53,8 @@ class ShardSpec:
     clock_origin: float
     device_type: str = "cpu"
     first_step: int = 0  # the step the run (or its restore) starts from
+    total_updates: int | None = None  # free-running workers: the run's budget of updates
+    backups: int = 0  # sync: pushes per step not waited for (--backup-workers)
 
 
 def shard_bucket(shapes: dict, names, itemsize: int) -> Bucket:
@@ -80,14 +85,23 @@ class ParameterShard:
         bound = config.staleness if config.mode == "async" else None
         # Versions count updates from the run's start: a step in sync mode, a push in async.
         first_version = spec.first_step * (spec.workers if config.mode == "async" else 1)
-        self.protocol = ShardProtocol(spec.workers, config.mode, bound, version=first_version)
+        self.protocol = ShardProtocol(
+            spec.workers,
+            config.mode,
+            bound,
+            version=first_version,
+            total_updates=spec.total_updates,
+            backups=spec.backups,
+        )
         self.async_mode = config.mode == "async"
-        # Sync: the mean of N gradients. Async: each worker's gradient counts 1/N, so a pass
-        # over the data moves the variables as far as a synchronous pass would.
+        # Sync: the mean of the gradients applied (N, or N - B with backups). Async: each
+        # worker's gradient counts 1/N, so a pass over the data moves the variables as far as
+        # a synchronous pass would.
         self.scale = self.dtype(1.0 / spec.workers)
         self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"ps-shard-{spec.shard}")
         self.replies: dict[tuple[int, int], asyncio.Future] = {}
-        self.events: list[tuple] = []  # this shard's phases, reported with the final snapshot
+        self.events: list[tuple] = []  # this shard's phases, handed over with snapshots
+        self.reports: list[dict] = []  # free-running workers' reports, until the client drains
 
     def clock(self) -> float:
         return time.time() - self.spec.clock_origin
@@ -106,11 +120,13 @@ class ParameterShard:
                 f"ps shard {self.spec.shard} held worker {worker}'s pull for step {step} more "
                 f"than {self.spec.stall_timeout:g}s: another worker stalled or died"
             ) from None
-        return {"version": version, "values": to_serialize(values)}
+        return {"version": version, "values": to_serialize(values), "done": self.protocol.done}
 
     async def handle_push(
-        self, worker: int, step: int, read_version: int, gradients: Any
+        self, worker: int, step: int, read_version: int, gradients: Any, report: Any = None
     ) -> dict[str, Any]:
+        if report is not None:  # a free-running worker's events and losses, for the client
+            self.reports.append(report)
         arrived = self.clock()
         gradients = self.arrays.adopt(gradients)
         instructions = self.protocol.handle(Push(worker, step, read_version, gradients))
@@ -135,7 +151,26 @@ class ParameterShard:
             None,  # sync: applied later, with staleness 0, when the last worker pushes
         )
         await self._carry_out(instructions)
-        return {"staleness": staleness}
+        dropped = any(isinstance(i, DropPush) and i.worker == worker for i in instructions)
+        return {"staleness": staleness, "dropped": dropped, "version": self.protocol.version}
+
+    async def handle_forget(self, worker: int) -> None:
+        await self._carry_out(self.protocol.handle(Forget(worker)))
+
+    async def handle_stop(self) -> None:
+        await self._carry_out(self.protocol.handle(Stop()))
+
+    async def handle_drain(self) -> dict[str, Any]:
+        """The workers' reports since the last drain, and where the shard is."""
+        reports, self.reports = self.reports, []
+        protocol = self.protocol
+        return {
+            "reports": reports,
+            "version": protocol.version,
+            "done": protocol.done,
+            "dropped": protocol.dropped,
+            "updates": dict(protocol.updates_by_worker),
+        }
 
     def snapshot(self) -> dict[str, Any]:
         """Variables, slots, staleness log and the events since the last snapshot (taken on
@@ -191,7 +226,7 @@ class ParameterShard:
         total = update.gradients[0].copy()
         for gradients in update.gradients[1:]:  # worker order: a reproducible sum
             total += gradients
-        total *= self.scale
+        total *= self.scale if self.async_mode else self.dtype(1.0 / len(update.gradients))
         step = update.version // self.spec.workers if self.async_mode else update.version
         feeds = {gradient_name(n): v for n, v in self.bucket.unpack(total).items()}
         feeds[LEARNING_RATE] = self.arrays.scalar(self.dtype(self.schedule(step)))
@@ -201,3 +236,12 @@ class ParameterShard:
 def setup_shard(spec: ShardSpec) -> str:
     device_service().runs[spec.run_id] = ParameterShard(spec)
     return f"shard {spec.shard}"
+
+
+async def call_shard(run_id: str, method: str, dask_worker=None, **arguments: Any) -> Any:
+    """``Client.run`` entry point: ``handle_<method>`` of the run's shard on this worker, on
+    its event loop (the client reaches a shard while workers' long tasks run)."""
+    shard = dask_worker.plugins[SERVICE_NAME].runs.get(run_id)
+    if shard is None:
+        raise RuntimeError(f"run {run_id} has no shard on {dask_worker.address}")
+    return await getattr(shard, f"handle_{method}")(**arguments)

@@ -99,6 +99,84 @@ class ParameterServerWorker(GradientWorker):
             staleness.append((step, max(stale) if stale else 0))
         return {"events": events, "losses": losses, "staleness": staleness}
 
+    def run_free(self, first: int) -> dict[str, Any]:
+        """Free-running (async, or sync with backup workers): pull, compute, push at this
+        worker's own pace until the shards say the run's updates are spent. Events, losses
+        and staleness ride on each push to shard 0, for the client to drain while this runs;
+        what is left comes back as the task's result."""
+        sync = self.config.mode == "sync"
+        report = {"device": self.device, "events": [], "losses": [], "staleness": []}
+        step = first
+        while True:
+            self.current_step = step
+            start = self.clock()
+            versions, received, done = [], 0, False
+            for shard, bucket in enumerate(self.buckets):
+                # Sync: no older step than another shard already granted (else our push to
+                # this shard would be ahead of it).
+                wanted = max([step, *versions]) if sync else step
+                reply = self._call(shard, step, "pull", worker=self.spec.rank, step=wanted)
+                done = done or reply["done"]
+                versions.append(reply["version"])
+                values = self.arrays.adopt(reply["values"])
+                received += values.nbytes
+                for name, value in bucket.unpack(values).items():
+                    self.state[name][...] = value
+            if done:
+                return report
+            if sync:  # the newest step the shards are at (past ours when we were late)
+                step = versions[0]
+            pulled = self.clock()
+            gradients, loss = self.compute(step)
+            computed = self.clock()
+            sent, stale, dropped, applied_version = 0, [], False, versions[0]
+            for shard, bucket in enumerate(self.buckets):
+                flat = bucket.pack(gradients, self.xp)
+                shipped = report if shard == 0 else None
+                reply = self._call(
+                    shard,
+                    step,
+                    "push",
+                    worker=self.spec.rank,
+                    step=step,
+                    read_version=versions[shard],
+                    gradients=to_serialize(flat),
+                    report=shipped,
+                )
+                if shipped is not None:
+                    report = {"device": self.device, "events": [], "losses": [], "staleness": []}
+                    applied_version = reply["version"]
+                sent += flat.nbytes
+                dropped = dropped or reply["dropped"]
+                if reply["staleness"] is not None:
+                    stale.append(reply["staleness"])
+            pushed = self.clock()
+            report["events"] += [
+                (self.device, "ps-pull", step, start, pulled, 0, received, self.route),
+                (self.device, "compute", step, pulled, computed, 0, 0),
+                (
+                    self.device,
+                    "dropped" if dropped else "ps-push",
+                    step,
+                    computed,
+                    pushed,
+                    sent,
+                    0,
+                    self.route,
+                ),
+            ]
+            # The run's progress in steps: a sync update per step, an async one per push.
+            progress = step if sync else max(applied_version - 1, 0) // self.spec.replicas
+            report["losses"].append((progress, loss))
+            if not dropped:
+                report["staleness"].append((progress, max(stale) if stale else 0))
+            step += 1
+
+
+def run_free_steps(run_id: str, first: int) -> dict[str, Any]:
+    """Task: this worker's free-running loop for ``run_id`` (see ``run_free``)."""
+    return device_service().runs[run_id].run_free(first)
+
 
 def setup_ps_worker(spec: ParameterServerWorkerSpec) -> str:
     device_service().runs[spec.worker.run_id] = ParameterServerWorker(spec)

@@ -1,0 +1,206 @@
+"""The client's side of free-running parameter-server workers (async mode, or sync with backup
+workers): no barrier between chunks of steps.
+
+Each worker gets one long task, its own pull-compute-push loop, and ends it when the shards
+say the run's updates are spent (:mod:`protocol`). Meanwhile the client polls shard 0, which
+holds the reports workers attach to their pushes, and turns them into events, losses, staleness
+and progress lines; a Stop asked by the user spends the budget at once. A worker that dies is
+dropped (the shards forget its outstanding read; an update it had in flight never arrives) and
+training goes on with the rest; a worker that joins the cluster is set up in its place and put
+to work. A shard that dies is a :class:`DeviceFailure`: the run is restored from the last
+checkpoint (:mod:`workbench.parallel.device_run`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from workbench.events import EventLog
+from workbench.parallel.dispatch import DeviceFailure, submit_each, wait_all
+from workbench.parallel.parameter_server.shard_service import call_shard
+from workbench.parallel.parameter_server.worker_loop import run_free_steps
+from workbench.runtime.cluster import ClusterSession, ordered_workers
+from workbench.training.job import Progress, TrainingJob, epoch_progress
+
+POLL_S = 0.2  # how often the client drains shard 0: the live charts' refresh
+
+
+class FreeRunningDriver:
+    """Drives one attempt of a free-running run: ``workers`` and ``shards`` are ranks of the
+    session; ``respec(rank)`` is a fresh worker spec for ``rank`` on the session's current
+    addresses (to set up a replacement with ``setup``)."""
+
+    def __init__(
+        self,
+        workers: Sequence[int],
+        shards: Sequence[int],
+        setup: Callable,
+        respec: Callable[[int], Any],
+        updates_per_step: int,
+    ) -> None:
+        self.workers, self.shards = list(workers), list(shards)
+        self.setup, self.respec = setup, respec
+        self.updates_per_step = updates_per_step
+
+    def __call__(
+        self,
+        session: ClusterSession,
+        job: TrainingJob,
+        log: EventLog,
+        progress: Progress,
+        strategy: str,
+        first: int,
+        after_chunk: Callable[[int, int, list], None],
+    ) -> None:
+        self.session, self.job, self.log = session, job, log
+        self.progress, self.strategy = progress, strategy
+        running = {rank: self._start(rank, first) for rank in self.workers}
+        stopped, dropped, step, done_since = False, 0, first, None
+        self.step, self.finished = first, False
+        printed_epoch = None
+        while running:
+            time.sleep(POLL_S)
+            if job.stop.is_set() and not stopped:
+                stopped = True
+                self._each_shard("stop")
+            self._check_shards()
+            status = self._call_shard(self.shards[0], "drain")
+            events = self._log_reports(status["reports"])
+            if status["dropped"] > dropped:
+                dropped = status["dropped"]
+                job.faults.dropped_updates = dropped
+                log.scalar("dropped_updates", step, dropped, job.clock())
+            now = min(status["version"] // self.updates_per_step, job.total_steps)
+            losses = log.scalars("loss")
+            if losses and losses[-1].step != printed_epoch:
+                line = epoch_progress(job, losses[-1].step, losses[-1].value, strategy)
+                if line:
+                    printed_epoch = losses[-1].step
+                    progress(line)
+            if now > step:
+                log.scalar("lr", now, job.schedule(min(now, job.total_steps - 1)), job.clock())
+                after_chunk(step, now, [{"events": events}])
+                step = self.step = now
+            self.finished = status["done"]
+            self._collect(running, first=step)
+            if status["done"]:
+                done_since = done_since or time.monotonic()
+                if time.monotonic() - done_since > job.config.stall_timeout:
+                    for rank in list(running):  # silent past the end: it stalled
+                        self._drop(running, rank, "did not finish after the last update")
+        self._log_reports(self._call_shard(self.shards[0], "drain")["reports"])
+
+    # --- workers ---------------------------------------------------------------------------
+
+    def _start(self, rank: int, first: int):
+        (future,) = submit_each(
+            self.session,
+            self.strategy,
+            "loop",
+            first,
+            run_free_steps,
+            [(self.session.run_id, first)],
+            ranks=[rank],
+        )
+        return future
+
+    def _collect(self, running: dict, first: int) -> None:
+        """Finished loops report their last events; failed or vanished ones are dropped and
+        replaced when a spare worker is there."""
+        alive = set(ordered_workers(self.session.client))
+        for rank, future in list(running.items()):
+            if future.status == "finished":
+                with contextlib.suppress(Exception):
+                    self._log_reports([future.result(timeout=10)])
+                    del running[rank]
+                    continue
+            gone = self.session.addresses[rank] not in alive
+            if gone or future.status in ("error", "cancelled", "lost"):
+                detail = "its worker left the cluster" if gone else self._error_of(future)
+                self._drop(running, rank, detail)
+        for rank in [r for r in self.workers if r not in running]:
+            spare = self._spare_worker(alive)
+            if spare is None or self.finished:
+                break
+            self._replace(running, rank, spare, first)
+
+    def _drop(self, running: dict, rank: int, detail: str) -> None:
+        job, device = self.job, self.session.device_names[rank]
+        running.pop(rank, None)
+        noticed = job.clock()
+        self.log.phase(device, "failure", self.step, noticed, noticed)
+        self.progress(
+            f"[{self.strategy}] {device} dropped ({detail}); its update in flight is "
+            "discarded and the other workers go on"
+        )
+        self._each_shard("forget", worker=rank)
+
+    def _spare_worker(self, alive: set[str]) -> str | None:
+        used = set(self.session.addresses)
+        return next((a for a in ordered_workers(self.session.client) if a not in used), None)
+
+    def _replace(self, running: dict, rank: int, address: str, first: int) -> None:
+        session = self.session
+        session.addresses[rank] = address
+        ready = submit_each(
+            session, self.strategy, "setup", first, self.setup, [(self.respec(rank),)], [rank]
+        )
+        wait_all(session, ready, "setup", first, self.job.config.stall_timeout, ranks=[rank])
+        running[rank] = self._start(rank, first)
+        self.progress(f"[{self.strategy}] {session.device_names[rank]} replaced by {address}")
+
+    @staticmethod
+    def _error_of(future) -> str:
+        try:
+            error = future.exception(timeout=5)
+            return f"{type(error).__name__}: {error}"
+        except Exception as problem:
+            return f"{future.status} ({problem!r})"
+
+    # --- shards ----------------------------------------------------------------------------
+
+    def _call_shard(self, rank: int, method: str, **arguments: Any) -> Any:
+        address = self.session.addresses[rank]
+        try:
+            replies = self.session.client.run(
+                call_shard, self.session.run_id, method, workers=[address], **arguments
+            )
+        except Exception as error:
+            raise DeviceFailure(
+                f"{self.session.device_names[rank]} did not answer {method}: {error}",
+                self.session.device_names[rank],
+                None,
+            ) from error
+        return replies[address]
+
+    def _each_shard(self, method: str, **arguments: Any) -> None:
+        for rank in self.shards:
+            self._call_shard(rank, method, **arguments)
+
+    def _check_shards(self) -> None:
+        alive = set(ordered_workers(self.session.client))
+        for rank in self.shards:
+            if self.session.addresses[rank] not in alive:
+                raise DeviceFailure(
+                    f"{self.session.device_names[rank]} died (its worker "
+                    f"{self.session.addresses[rank]} left the cluster)",
+                    self.session.device_names[rank],
+                    None,
+                )
+
+    # --- reports ---------------------------------------------------------------------------
+
+    def _log_reports(self, reports: list[dict]) -> list[tuple]:
+        log, job, events = self.log, self.job, []
+        for report in reports:
+            for event in report["events"]:
+                log.phase(*event)
+                events.append(event)
+            for step, loss in report["losses"]:
+                log.scalar("loss", step, loss, job.clock(), device=report["device"])
+            for step, staleness in report["staleness"]:
+                log.scalar("staleness", step, staleness, job.clock())
+        return events
