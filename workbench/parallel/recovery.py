@@ -20,17 +20,19 @@ from collections.abc import Callable
 
 from workbench.parallel.dispatch import DeviceFailure
 from workbench.runtime.cluster import ClusterSession, ordered_workers
+from workbench.runtime.worker_service import SERVICE_NAME
 
 RESTART_TIMEOUT_S = 60.0
 
 
-def restart_survivors(session: ClusterSession) -> None:
+def restart_survivors(session: ClusterSession) -> int:
     """End the run's worker processes that are still there (their state is the failed
     attempt's, and their task thread may be stuck in a collective with the dead peer); their
     nannies start fresh ones at once. A graceful restart would first wait seconds for that
     stuck thread."""
     alive = set(ordered_workers(session.client))
     survivors = [address for address in session.addresses if address in alive]
+    others = len(alive) - len(survivors)  # workers outside the run, e.g. spares
     if survivors:
         with contextlib.suppress(Exception):  # they die before they can answer
             session.client.run(_exit_now, workers=survivors, wait=False)
@@ -39,6 +41,14 @@ def restart_survivors(session: ClusterSession) -> None:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)
+    return len(survivors) + others
+
+
+def forget_runs(run_ids: list[str], dask_worker=None) -> None:
+    """``Client.run`` entry point: drop what the failed attempts left on this worker's host
+    (shared-memory segments of a peer that died)."""
+    for run_id in run_ids:
+        dask_worker.plugins[SERVICE_NAME].forget(run_id)
 
 
 async def _exit_now() -> None:
@@ -46,14 +56,22 @@ async def _exit_now() -> None:
     os._exit(1)
 
 
-def wait_for_workers(session: ClusterSession, wanted: int, timeout: float) -> list[str]:
-    """Up to ``wanted`` worker addresses in rank order, waiting ``timeout`` seconds at most
-    for that many to be there."""
-    deadline = time.monotonic() + timeout
+def wait_for_workers(
+    session: ClusterSession, wanted: int, restarting: int, timeout: float
+) -> list[str]:
+    """Up to ``wanted`` worker addresses in rank order: first the ``restarting`` ones this
+    recovery restarted (they come back), then up to ``timeout`` seconds for the rest."""
+    restarted_by = time.monotonic() + RESTART_TIMEOUT_S
+    deadline = None
     while True:
         workers = ordered_workers(session.client)
-        if len(workers) >= wanted or time.monotonic() >= deadline:
+        if len(workers) >= wanted:
             return workers[:wanted]
+        now = time.monotonic()
+        if len(workers) >= min(restarting, wanted) or now > restarted_by:
+            deadline = deadline or now + timeout
+            if now >= deadline:
+                return workers
         time.sleep(0.1)
 
 
@@ -79,8 +97,8 @@ def devices_after_failure(
     """Rebind ``session`` to the workers the run goes on with, or re-raise ``failure``: fewer
     than ``wanted`` came back and the run is not elastic (``elastic_batch``: the global batch
     an elastic run re-shards)."""
-    restart_survivors(session)
-    workers = wait_for_workers(session, wanted, timeout)
+    restarting = restart_survivors(session)
+    workers = wait_for_workers(session, wanted, restarting, timeout)
     count = len(workers)
     if count < wanted:
         count = elastic_device_count(count, elastic_batch) if elastic_batch else 0
@@ -92,3 +110,5 @@ def devices_after_failure(
                 failure.step,
             ) from failure
     session.rebind(workers[:count], names_for(count))
+    with contextlib.suppress(Exception):  # best effort: the segments are only names in /dev/shm
+        session.client.run(forget_runs, session.earlier_run_ids, workers=session.addresses)

@@ -1,0 +1,203 @@
+"""Fault tolerance on real local clusters: worker processes are killed mid-run (SIGKILL) and
+the run must recover, shrink, or drop the worker, as its strategy allows."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+from distributed import Client, LocalCluster
+
+from workbench.config import RunConfig
+from workbench.events import EventLog
+from workbench.launch.runner import run_training
+from workbench.parallel.dispatch import DeviceFailure
+
+pytestmark = pytest.mark.usefixtures("no_leftover_processes")
+
+SMALL = dict(dataset="digits", hidden=(32, 16), dtype="float64", lr_decay="none", seed=0)
+
+
+def worker_processes() -> list[psutil.Process]:
+    """This test's Dask worker processes (children spawned by the local cluster's nannies)."""
+    return [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if "spawn_main" in " ".join(p.cmdline())
+    ]
+
+
+class Chaos:
+    """Calls ``act()`` once the run's logged loss reaches each step of ``at``."""
+
+    def __init__(self, log: EventLog, at: tuple[int, ...], act) -> None:
+        self.log, self.at, self.act = log, at, act
+        self.done = threading.Event()
+        self.acted: list[int] = []
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        for step in self.at:
+            deadline = time.monotonic() + 120  # bounded: a stuck run fails on its own
+            while not self.done.is_set() and time.monotonic() < deadline:
+                losses = self.log.scalars("loss")
+                if losses and losses[-1].step >= step:
+                    break
+                time.sleep(0.02)
+            if self.done.is_set():
+                return
+            self.act()
+            self.acted.append(step)
+            time.sleep(0.5)
+
+    def __enter__(self) -> Chaos:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join(timeout=10)
+
+
+def kill_random_worker() -> None:
+    random.choice(worker_processes()).send_signal(signal.SIGKILL)
+
+
+def train(config: RunConfig, at=(), act=kill_random_worker, job_hook=None):
+    log = EventLog()
+    with Chaos(log, at, act) as chaos:
+        result = run_training(config, log=log, progress=lambda _: None, job_hook=job_hook)
+    assert chaos.acted == list(at), "the run ended before every fault was injected"
+    return result
+
+
+CHAOS_RUNS = {
+    "mirrored": dict(strategy="mirrored", devices=2),
+    "pipeline": dict(strategy="pipeline", devices=2, stages=2, microbatches=4),
+    "parameter-server": dict(strategy="parameter-server", devices=2, ps=1, mode="sync"),
+}
+
+
+@pytest.mark.parametrize("name", list(CHAOS_RUNS))
+def test_two_killed_workers_leave_the_result_bit_identical(name):
+    config = RunConfig(**CHAOS_RUNS[name], **SMALL, steps=200, batch_size=32, checkpoint_every=20)
+    clean = train(config)
+    chaotic = train(config, at=(50, 130))
+    assert chaotic.summary["restarts"] == 2
+    assert clean.summary["restarts"] == 0
+    assert len(chaotic.summary["recovery_seconds"]) == 2
+    for name_, value in clean.parameters.items():
+        assert np.array_equal(value, chaotic.parameters[name_]), name_
+    failures = [e for e in chaotic.log.phases() if e.phase == "failure"]
+    recoveries = [e for e in chaotic.log.phases() if e.phase == "recovery"]
+    assert len(failures) == 2 and recoveries
+    assert [e.value for e in chaotic.log.scalars("restarts")] == [1, 2]
+
+
+def test_past_max_restarts_the_run_fails_naming_the_device_and_step():
+    config = RunConfig(
+        strategy="mirrored", devices=2, **SMALL, steps=400, batch_size=32, max_restarts=0
+    )
+    with pytest.raises(DeviceFailure, match=r"/job:worker/task:\d.* at step \d+"):
+        train(config, at=(40,))
+
+
+def test_elastic_mirrored_finishes_on_two_devices_with_the_one_device_result():
+    steps = dict(steps=120, batch_size=48)
+    one = run_training(RunConfig(**SMALL, **steps), progress=lambda _: None)
+    with LocalCluster(
+        n_workers=3,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=":0",
+        memory_limit=0,
+    ) as cluster:
+        config = RunConfig(
+            strategy="mirrored",
+            devices=3,
+            elastic=True,
+            cluster=cluster.scheduler_address,
+            checkpoint_every=20,
+            replacement_timeout=2,
+            **SMALL,
+            **steps,
+        )
+        # A worker whose nanny closes too never comes back: no replacement is offered.
+        elastic = train(config, at=(40,), act=lambda: cluster.scale(2))
+    assert elastic.summary["devices_at_end"] == 2
+    assert elastic.summary["restarts"] == 1
+    for name, value in one.parameters.items():
+        scale = np.max(np.abs(value))
+        assert np.max(np.abs(elastic.parameters[name] - value)) <= 1e-10 * scale, name
+
+
+def test_a_slow_async_worker_applies_fewer_updates_and_staleness_shows():
+    config = RunConfig(
+        strategy="parameter-server",
+        devices=2,
+        mode="async",
+        steps=200,
+        batch_size=32,
+        simulate_straggler=("task:1=3",),
+        **{**SMALL, "dtype": "float32"},
+    )
+    result = run_training(config, progress=lambda _: None)
+    updates = [entry.get("updates") for entry in result.summary["per_device"]]
+    fast, slow = updates[0], updates[1]
+    assert fast >= 2 * slow > 0, updates
+    assert result.summary["staleness"]["max"] > 0
+
+
+def _kill_async_worker_zero(job_box: list) -> None:
+    job = job_box[0]
+    with Client(job.scheduler_address, timeout=10) as client:
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        address = next(a for a, w in workers.items() if str(w.get("name")) == "0")
+        pid = client.run(os.getpid, workers=[address])[address]
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_a_killed_async_worker_is_dropped_and_training_goes_on():
+    job_box: list = []
+    config = RunConfig(
+        strategy="parameter-server",
+        devices=2,
+        mode="async",
+        steps=300,
+        batch_size=32,
+        **{**SMALL, "dtype": "float32"},
+    )
+    result = train(
+        config, at=(60,), act=lambda: _kill_async_worker_zero(job_box), job_hook=job_box.append
+    )
+    assert result.summary["restarts"] == 0
+    assert result.summary["test_accuracy"] >= 0.95
+    assert [e.device for e in result.log.phases() if e.phase == "failure"] == [
+        "/job:worker/task:0/device:CPU:0"
+    ]
+
+
+def test_backup_workers_drop_the_late_gradients_and_still_learn():
+    config = RunConfig(
+        strategy="parameter-server",
+        devices=3,
+        mode="sync",
+        backup_workers=1,
+        steps=300,
+        batch_size=48,
+        simulate_straggler=("task:1=3",),
+        **{**SMALL, "dtype": "float32"},
+    )
+    result = run_training(config, progress=lambda _: None)
+    assert result.summary["test_accuracy"] >= 0.95
+    assert result.summary["dropped_gradients"] > 0
+    dropped = [e for e in result.log.phases() if e.phase == "dropped"]
+    assert len(dropped) == result.summary["dropped_gradients"]
+    assert result.log.scalars("dropped_updates")
