@@ -129,6 +129,19 @@ def test_ten_epochs_on_digits_reach_97_percent(capsys, model):
             "at least as many devices",
         ),
         (["--cluster", "tcp://127.0.0.1:9"], "--cluster", "one-device runs in this process"),
+        (["--checkpoint-every", "0"], "--checkpoint-every", ">= 1"),
+        (["--max-restarts", "-1"], "--max-restarts", ">= 0"),
+        (
+            ["--strategy", "parameter-server", "--devices", "2", "--backup-workers", "2"],
+            "--backup-workers",
+            "choose 0 to 1",
+        ),
+        (["--strategy", "pipeline", "--devices", "2", "--elastic"], "--elastic", "mirrored"),
+        (
+            ["--strategy", "mirrored", "--devices", "2", "--simulate-straggler", "task:2=3"],
+            "--simulate-straggler",
+            "task:0, task:1",
+        ),
         (
             [
                 "--strategy",
@@ -235,3 +248,27 @@ def test_a_stop_asked_through_the_store_ends_a_command_line_run(tmp_path):
     assert process.returncode == 0, err
     assert 5 <= json.loads(out)["steps"] < 1_000_000
     assert stored.status()["state"] == "stopped"
+
+
+def test_a_cluster_run_checkpoints_into_its_run_directory(tmp_path, monkeypatch, capsys):
+    from workbench.store import STORE_ENVIRONMENT, RunStore
+
+    monkeypatch.setenv(STORE_ENVIRONMENT, str(tmp_path))
+    summary, _ = run_json(
+        capsys,
+        "--strategy",
+        "mirrored",
+        "--devices",
+        "2",
+        "--steps",
+        "65",
+        "--hidden",
+        "16",
+        "--checkpoint-every",
+        "20",
+    )
+    (stored,) = RunStore(tmp_path).runs()
+    kept = sorted(path.name for path in (stored.path / "checkpoints").iterdir())
+    assert kept == ["step-00000040", "step-00000060"]
+    assert summary["restarts"] == 0 and summary["steps_recomputed"] == 0
+    assert summary["recovery_seconds"] == []

@@ -79,6 +79,7 @@ def test_an_option_is_refused_by_the_strategies_that_do_not_declare_it():
         "mode": "sync",
         "staleness": None,
         "replication": "between-graph",
+        "backup_workers": 0,
     }
 
 

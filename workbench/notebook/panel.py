@@ -157,8 +157,11 @@ def _choice(options, label: str) -> widgets.Dropdown:
 
 
 def option_widget(option: Option) -> widgets.Widget:
-    """The widget of a strategy option: its values in a menu, or its default as text."""
-    if option.choices is not None:
+    """The widget of a strategy option: a switch, its values in a menu, or its default as
+    text."""
+    if option.type is bool:
+        widget = widgets.Checkbox(value=bool(option.default), description=option.form_label)
+    elif option.choices is not None:
         widget = _choice(option.choices, option.form_label)
         widget.value = option.default
     else:
@@ -214,6 +217,9 @@ class TrainingForm:
         words: list[str] = []
         for flag, field in self.fields.items():
             if flag not in self.common and flag not in chosen:
+                continue
+            if isinstance(field, widgets.Checkbox):
+                words += [flag] if field.value else []
                 continue
             value = str(field.value).strip()
             if value:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from workbench.config import ConfigError, RunConfig
 from workbench.events import EventLog
+from workbench.parallel.periodic_checkpoints import PeriodicCheckpoints
+from workbench.parallel.straggler import SimulatedStraggler
 from workbench.runtime import device_name
 from workbench.runtime.gpu_metrics import this_process_gpu_metrics
 from workbench.strategies.definition import StrategyDefinition
@@ -49,6 +51,9 @@ class OneDevice(StrategyDefinition):
         # The training set is cast and moved to the device once; each step gathers its rows.
         inputs = xp.asarray(job.dataset.x_train.astype(session.input_dtype))
         labels = xp.asarray(job.dataset.y_train)
+        # One process, nothing to recover: periodic checkpoints only when asked for.
+        checkpoints = PeriodicCheckpoints(job) if config.checkpoint_every else None
+        straggler = SimulatedStraggler.for_device(config.to_dict(), device)
         for step in range(job.first_step, job.total_steps):
             if job.stop.is_set():
                 progress(f"[{self.name}] stopped at step {step}")
@@ -57,8 +62,11 @@ class OneDevice(StrategyDefinition):
             batch_x, batch_y = inputs[rows], labels[rows]
             learning_rate = job.schedule(step)
             start = job.clock()
-            loss = float(session.step(batch_x, batch_y, learning_rate, step))  # syncs a GPU
+            with straggler.computing():
+                loss = float(session.step(batch_x, batch_y, learning_rate, step))  # syncs a GPU
             end = job.clock()
+            if checkpoints is not None and checkpoints.due(step + 1):
+                checkpoints.save(step + 1, session.parameters(), session.optimizer_state())
             log.phase(device, "compute", step, start, end)
             log.scalar("loss", step, loss, end)
             log.scalar("lr", step, learning_rate, end)
