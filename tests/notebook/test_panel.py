@@ -105,3 +105,12 @@ def test_the_form_starts_a_run_and_shows_its_panel(shell):
     assert run is not None and form.output.children == (run.panel().widget,)
     run.wait(120)
     assert run.state == "finished" and run.config.epochs == 1
+
+
+def test_a_switch_option_is_a_checkbox_whose_flag_is_given_only_when_ticked():
+    form = TrainingForm(lambda flags: None)
+    form.fields["--strategy"].value = "mirrored"
+    assert "--elastic" not in form.flags()
+    form.fields["--elastic"].value = True
+    words = form.flags()
+    assert "--elastic" in words and words[words.index("--elastic") + 1 :][:1] != ["True"]
