@@ -5,25 +5,13 @@ import signal
 import threading
 import time
 
-import psutil
 import pytest
 
+from tests.parallel.worker_processes import dask_worker_processes
 from workbench.config import RunConfig
 from workbench.events import EventLog
 from workbench.launch.runner import run_training
 from workbench.parallel.dispatch import DeviceFailure
-
-
-def _dask_worker_processes():
-    """Worker processes of clusters this test started (spawned by their in-process nannies)."""
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if "spawn_main" in " ".join(child.cmdline()):
-                found.append(child)
-        except psutil.NoSuchProcess:
-            pass
-    return found
 
 
 @pytest.mark.parametrize("strategy", ["mirrored", "parameter-server"])
@@ -34,12 +22,15 @@ def test_killing_a_worker_names_the_device_and_step(strategy, no_leftover_proces
     def kill_after_first_steps(event):
         if getattr(event, "name", None) == "loss" and event.step >= 3 and not killed.is_set():
             killed.set()
-            victims = _dask_worker_processes()
+            victims = dask_worker_processes()
             assert victims, "no worker process found"
             os.kill(victims[-1].pid, signal.SIGKILL)
 
     log.subscribe(kill_after_first_steps)
-    config = RunConfig(strategy=strategy, devices=2, steps=100000, stall_timeout=5, hidden=(16,))
+    # No restarts allowed: the run fails with the error it had before recovery existed.
+    config = RunConfig(
+        strategy=strategy, devices=2, steps=100000, stall_timeout=5, hidden=(16,), max_restarts=0
+    )
     started = time.monotonic()
     with pytest.raises(DeviceFailure) as failure:
         run_training(config, log=log, progress=lambda _: None)

@@ -10,10 +10,10 @@ import threading
 import time
 
 import numpy as np
-import psutil
 import pytest
 from distributed import Client, LocalCluster
 
+from tests.parallel.worker_processes import dask_worker_processes
 from workbench.config import RunConfig
 from workbench.events import EventLog
 from workbench.launch.runner import run_training
@@ -24,15 +24,6 @@ pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 SMALL = dict(dataset="digits", hidden=(32, 16), dtype="float64", lr_decay="none", seed=0)
 # Runs judged by accuracy: the default MLP (512, 512) in float32.
 LEARNING = dict(dataset="digits", dtype="float32", seed=0)
-
-
-def worker_processes() -> list[psutil.Process]:
-    """This test's Dask worker processes (children spawned by the local cluster's nannies)."""
-    return [
-        p
-        for p in psutil.Process().children(recursive=True)
-        if "spawn_main" in " ".join(p.cmdline())
-    ]
 
 
 class Chaos:
@@ -68,7 +59,7 @@ class Chaos:
 
 
 def kill_random_worker() -> None:
-    random.choice(worker_processes()).send_signal(signal.SIGKILL)
+    random.choice(dask_worker_processes()).send_signal(signal.SIGKILL)
 
 
 def train(config: RunConfig, at=(), act=kill_random_worker, job_hook=None):

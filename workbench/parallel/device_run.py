@@ -122,7 +122,7 @@ def run_on_devices(
             except Regroup:
                 continue  # at a checkpoint just written: nothing to recompute
             except DeviceFailure as failure:
-                if job.faults.restarts >= config.max_restarts:
+                if job.faults.restarts >= config.max_restarts or not failure.recoverable:
                     attempt.clean_up()
                     raise
                 noticed = attempt.record_failure(failure)

@@ -19,11 +19,19 @@ from workbench.runtime.devices import device_tag
 
 class DeviceFailure(RuntimeError):
     """A device failed or stopped answering; the message names it and the step (``device``
-    and ``step`` say the same for code that recovers)."""
+    and ``step`` say the same for code that recovers). ``recoverable``: the device died or
+    stalled, so a restore from a checkpoint may go on; an error its own code raised (out of
+    memory, a bad input) would only happen again."""
 
-    def __init__(self, message: str, device: str | None = None, step: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        device: str | None = None,
+        step: int | None = None,
+        recoverable: bool = True,
+    ) -> None:
         super().__init__(message)
-        self.device, self.step = device, step
+        self.device, self.step, self.recoverable = device, step, recoverable
 
 
 def submit_each(
@@ -95,6 +103,7 @@ def wait_all(
                     f"{session.device_names[rank]} failed during {what} at step {step}: {detail}",
                     session.device_names[rank],
                     step,
+                    recoverable=future.status != "error",
                 )
         if pending and time.monotonic() - started > deadline:
             _cancel(session, futures)
