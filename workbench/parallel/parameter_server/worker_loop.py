@@ -58,45 +58,69 @@ class ParameterServerWorker(GradientWorker):
                 f"{self.ps.shard_devices[shard]}: {error}"
             ) from error
 
+    def _pull(self, step: int, newest_first: bool = False) -> tuple[list[int], int, bool]:
+        """Every shard's variables into this device's state: (versions, bytes received,
+        whether the run's updates are spent). ``newest_first`` (sync, free-running): ask each
+        shard for no older a step than the shards before it granted, else the push to it would
+        be ahead of it."""
+        versions, received, done = [], 0, False
+        for shard, bucket in enumerate(self.buckets):
+            wanted = max([step, *versions]) if newest_first else step
+            reply = self._call(shard, step, "pull", worker=self.spec.rank, step=wanted)
+            done = done or reply.get("done", False)
+            versions.append(reply["version"])
+            values = self.arrays.adopt(reply["values"])
+            received += values.nbytes
+            for name, value in bucket.unpack(values).items():
+                self.state[name][...] = value
+        return versions, received, done
+
+    def _push(self, step: int, gradients: dict, versions: list[int], report=None) -> dict:
+        """The gradient for each shard: bytes sent, staleness per shard, whether a shard
+        dropped it, and shard 0's version after it (``report`` rides on shard 0's push)."""
+        pushed = {"sent": 0, "staleness": [], "dropped": False, "version": versions[0]}
+        for shard, bucket in enumerate(self.buckets):
+            flat = bucket.pack(gradients, self.xp)
+            extra = {"report": report} if shard == 0 and report is not None else {}
+            reply = self._call(
+                shard,
+                step,
+                "push",
+                worker=self.spec.rank,
+                step=step,
+                read_version=versions[shard],
+                gradients=to_serialize(flat),
+                **extra,
+            )
+            pushed["sent"] += flat.nbytes
+            pushed["dropped"] = pushed["dropped"] or reply.get("dropped", False)
+            if shard == 0:
+                pushed["version"] = reply.get("version", versions[0])
+            if reply["staleness"] is not None:
+                pushed["staleness"].append(reply["staleness"])
+        return pushed
+
+    def _phases(self, step, start, pulled, computed, received, pushed) -> list[tuple]:
+        last = "dropped" if pushed["dropped"] else "ps-push"
+        return [
+            (self.device, "ps-pull", step, start, pulled, 0, received, self.route),
+            (self.device, "compute", step, pulled, computed, 0, 0),
+            (self.device, last, step, computed, self.clock(), pushed["sent"], 0, self.route),
+        ]
+
     def run(self, first: int, count: int, batches: list | None = None) -> dict[str, Any]:
         events, losses, staleness = [], [], []
         for index, step in enumerate(range(first, first + count)):
             self.current_step = step
             start = self.clock()
-            versions, received = [], 0
-            for shard, bucket in enumerate(self.buckets):
-                reply = self._call(shard, step, "pull", worker=self.spec.rank, step=step)
-                versions.append(reply["version"])
-                values = self.arrays.adopt(reply["values"])
-                received += values.nbytes
-                for name, value in bucket.unpack(values).items():
-                    self.state[name][...] = value
+            versions, received, _ = self._pull(step)
             pulled = self.clock()
             gradients, loss = self.compute(step, batches[index] if batches else None)
             computed = self.clock()
-            sent, stale = 0, []
-            for shard, bucket in enumerate(self.buckets):
-                flat = bucket.pack(gradients, self.xp)
-                reply = self._call(
-                    shard,
-                    step,
-                    "push",
-                    worker=self.spec.rank,
-                    step=step,
-                    read_version=versions[shard],
-                    gradients=to_serialize(flat),
-                )
-                sent += flat.nbytes
-                if reply["staleness"] is not None:
-                    stale.append(reply["staleness"])
-            pushed = self.clock()
-            events += [
-                (self.device, "ps-pull", step, start, pulled, 0, received, self.route),
-                (self.device, "compute", step, pulled, computed, 0, 0),
-                (self.device, "ps-push", step, computed, pushed, sent, 0, self.route),
-            ]
+            pushed = self._push(step, gradients, versions)
+            events += self._phases(step, start, pulled, computed, received, pushed)
             losses.append((step, loss))
-            staleness.append((step, max(stale) if stale else 0))
+            staleness.append((step, max(pushed["staleness"], default=0)))
         return {"events": events, "losses": losses, "staleness": staleness}
 
     def run_free(self, first: int) -> dict[str, Any]:
@@ -105,23 +129,12 @@ class ParameterServerWorker(GradientWorker):
         and staleness ride on each push to shard 0, for the client to drain while this runs;
         what is left comes back as the task's result."""
         sync = self.config.mode == "sync"
-        report = {"device": self.device, "events": [], "losses": [], "staleness": []}
+        report = self._empty_report()
         step = first
         while True:
             self.current_step = step
             start = self.clock()
-            versions, received, done = [], 0, False
-            for shard, bucket in enumerate(self.buckets):
-                # Sync: no older step than another shard already granted (else our push to
-                # this shard would be ahead of it).
-                wanted = max([step, *versions]) if sync else step
-                reply = self._call(shard, step, "pull", worker=self.spec.rank, step=wanted)
-                done = done or reply["done"]
-                versions.append(reply["version"])
-                values = self.arrays.adopt(reply["values"])
-                received += values.nbytes
-                for name, value in bucket.unpack(values).items():
-                    self.state[name][...] = value
+            versions, received, done = self._pull(step, newest_first=sync)
             if done:
                 return report
             if sync:  # the newest step the shards are at (past ours when we were late)
@@ -129,48 +142,18 @@ class ParameterServerWorker(GradientWorker):
             pulled = self.clock()
             gradients, loss = self.compute(step)
             computed = self.clock()
-            sent, stale, dropped, applied_version = 0, [], False, versions[0]
-            for shard, bucket in enumerate(self.buckets):
-                flat = bucket.pack(gradients, self.xp)
-                shipped = report if shard == 0 else None
-                reply = self._call(
-                    shard,
-                    step,
-                    "push",
-                    worker=self.spec.rank,
-                    step=step,
-                    read_version=versions[shard],
-                    gradients=to_serialize(flat),
-                    report=shipped,
-                )
-                if shipped is not None:
-                    report = {"device": self.device, "events": [], "losses": [], "staleness": []}
-                    applied_version = reply["version"]
-                sent += flat.nbytes
-                dropped = dropped or reply["dropped"]
-                if reply["staleness"] is not None:
-                    stale.append(reply["staleness"])
-            pushed = self.clock()
-            report["events"] += [
-                (self.device, "ps-pull", step, start, pulled, 0, received, self.route),
-                (self.device, "compute", step, pulled, computed, 0, 0),
-                (
-                    self.device,
-                    "dropped" if dropped else "ps-push",
-                    step,
-                    computed,
-                    pushed,
-                    sent,
-                    0,
-                    self.route,
-                ),
-            ]
+            pushed = self._push(step, gradients, versions, report)
+            report = self._empty_report()
+            report["events"] += self._phases(step, start, pulled, computed, received, pushed)
             # The run's progress in steps: a sync update per step, an async one per push.
-            progress = step if sync else max(applied_version - 1, 0) // self.spec.replicas
+            progress = step if sync else max(pushed["version"] - 1, 0) // self.spec.replicas
             report["losses"].append((progress, loss))
-            if not dropped:
-                report["staleness"].append((progress, max(stale) if stale else 0))
+            if not pushed["dropped"]:
+                report["staleness"].append((progress, max(pushed["staleness"], default=0)))
             step += 1
+
+    def _empty_report(self) -> dict[str, Any]:
+        return {"device": self.device, "events": [], "losses": [], "staleness": []}
 
 
 def run_free_steps(run_id: str, first: int) -> dict[str, Any]:
