@@ -16,6 +16,11 @@ Suites (registered by name in :data:`workbench.bench.command.SUITES`):
 - ``overhead``: per-step framework overhead on a tiny model (step time minus compute time).
 - ``bubble``: the measured idle fraction of GPipe and 1F1B pipelines against GPipe's
   (P-1)/(M+P-1). Target: GPipe within 5 points.
+- ``faults``: recovery from a SIGKILLed worker (``mirrored``, 2 devices, checkpoints every 20
+  steps: the engine's ``recovery_seconds``, wall time with and without the kill, and whether
+  the result is bit-identical), ``parameter-server`` sync with a straggler and one backup worker
+  against none (samples/s, applied samples/s, accuracy), and async with a straggler (updates
+  per worker).
 
 Method of the ``step`` suite (:mod:`workbench.bench.timing`; the distributed suites alternate
 whole runs of each contender instead):

@@ -19,6 +19,7 @@ from workbench.bench import (
     bubble_suite,
     charts_suite,
     ddp_suite,
+    faults_suite,
     nccl_suite,
     overhead_suite,
 )
@@ -163,6 +164,12 @@ SUITES: dict[str, Suite] = {
         charts_suite.run_from_args,
         charts_suite.render,
     ),
+    "faults": Suite(
+        "faults",
+        "a killed worker's recovery (mirrored), backup workers and an async straggler (PS)",
+        faults_suite.run_from_args,
+        faults_suite.render,
+    ),
 }
 
 
@@ -187,6 +194,15 @@ def _hidden(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated positive integers like 512,512, got {text!r}"
         ) from None
+
+
+def _three_steps(text: str) -> tuple[int, int, int]:
+    counts = _hidden(text)
+    if len(counts) != 3:
+        raise argparse.ArgumentTypeError(
+            f"expected three step counts RECOVERY,BACKUP,ASYNC like 300,100,200, got {text!r}"
+        )
+    return counts
 
 
 def _mebibytes(text: str) -> float:
@@ -249,7 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(at most 20) are warm-up",
     )
     distributed.add_argument(
-        "--repeats", type=_positive, default=3, help="ddp, overhead, bubble, charts: runs each (3)"
+        "--repeats",
+        type=_positive,
+        default=3,
+        help="ddp, overhead, bubble, charts, faults: runs each (3)",
     )
     distributed.add_argument(
         "--transfers", type=_positive, default=10, help="allreduce, nccl: timed repetitions (10)"
@@ -269,6 +288,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     distributed.add_argument(
         "--bubble-hidden", type=_hidden, default=None, help="bubble: hidden layers (6 x 1024)"
+    )
+    faults = parser.add_argument_group("faults suite (also --hidden, --repeats, --seed)")
+    faults.add_argument(
+        "--fault-steps",
+        type=_three_steps,
+        default=None,
+        metavar="RECOVERY,BACKUP,ASYNC",
+        help="steps of the recovery, backup-worker and async-straggler runs (300,100,200)",
+    )
+    faults.add_argument(
+        "--checkpoint-every",
+        type=_positive,
+        default=20,
+        help="recovery run: steps between checkpoints (20)",
+    )
+    faults.add_argument(
+        "--kill-at",
+        type=_positive,
+        default=None,
+        help="recovery run: kill a worker once the loss passed this step (half the steps)",
     )
     return parser
 
@@ -317,10 +356,10 @@ def bench_command(argv: list[str]) -> int:
     for name in args.suites or list(SUITES):
         try:
             results[name] = SUITES[name].run(args, _stderr(name))
-        except DeviceError as error:
+        except (DeviceError, faults_suite.SettingsError) as error:
             print(f"dtrain bench: error: {error}", file=sys.stderr)
             return 2
-        except AgreementError as error:
+        except (AgreementError, faults_suite.FaultNotInjected) as error:
             print(f"dtrain bench {name}: FAILED: {error}", file=sys.stderr)
             return 1
     machine = describe_machine()
