@@ -39,3 +39,25 @@ def test_killing_a_worker_names_the_device_and_step(strategy, no_leftover_proces
     assert "died during a step at step" in message and "/job:" in message
 
     assert time.monotonic() - started < 60
+
+
+def _result_held_by_worker() -> bytes:
+    return b"x" * 1024
+
+
+def test_a_result_lost_with_its_worker_is_a_failure_not_a_wait(no_leftover_processes):
+    from workbench.parallel.dispatch import submit_each, wait_all
+    from workbench.runtime.cluster import start_cluster
+
+    with start_cluster(2) as session:
+        (future,) = submit_each(session, "test", "step", 0, _result_held_by_worker, [()], ranks=[1])
+        deadline = time.monotonic() + 30
+        while future.status != "finished" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pid = session.client.run(os.getpid, workers=[session.addresses[1]])
+        os.kill(pid[session.addresses[1]], signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(DeviceFailure, match="task:1"):
+            # Finished before the kill: only the gather can notice that the result is gone.
+            wait_all(session, [future], "a step", 0, deadline=180, ranks=[1])
+        assert time.monotonic() - started < 20

@@ -120,17 +120,24 @@ def wait_all(
 def _gather(session: ClusterSession, futures: Sequence, what: str, step, timeout: float) -> list:
     """The finished futures' results. A worker that dies after finishing takes its results
     with it, and a result pinned to a dead worker is waited for forever, so the gather is
-    bounded (``callback_timeout``; ``Client.gather`` itself takes none)."""
+    bounded (``callback_timeout``; ``Client.gather`` itself takes none) and retried in short
+    slices, checking between them that every device is still there."""
     client = session.client
-    try:
-        return client.sync(client._gather, list(futures), callback_timeout=timeout)
-    except TimeoutError:
-        _raise_if_a_device_left(session, futures, what, step)
-        raise DeviceFailure(
-            f"the results of {what} at step {step} did not arrive within {timeout:.0f}s",
-            None,
-            step,
-        ) from None
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return client.sync(
+                client._gather, list(futures), callback_timeout=max(min(remaining, 2.0), 0.1)
+            )
+        except TimeoutError:
+            _raise_if_a_device_left(session, futures, what, step)
+            if time.monotonic() >= deadline:
+                raise DeviceFailure(
+                    f"the results of {what} at step {step} did not arrive within {timeout:.0f}s",
+                    None,
+                    step,
+                ) from None
 
 
 def _cancel(session: ClusterSession, futures: Sequence) -> None:
