@@ -62,10 +62,12 @@ def kill_random_worker() -> None:
     random.choice(dask_worker_processes()).send_signal(signal.SIGKILL)
 
 
-def train(config: RunConfig, at=(), act=kill_random_worker, job_hook=None):
+def train(config: RunConfig, at=(), act=kill_random_worker, job_hook=None, progress=None):
     log = EventLog()
     with Chaos(log, at, act) as chaos:
-        result = run_training(config, log=log, progress=lambda _: None, job_hook=job_hook)
+        result = run_training(
+            config, log=log, progress=progress or (lambda _: None), job_hook=job_hook
+        )
     assert chaos.acted == list(at), "the run ended before every fault was injected"
     return result
 
@@ -101,34 +103,61 @@ def test_past_max_restarts_the_run_fails_naming_the_device_and_step():
         train(config, at=(40,))
 
 
-def test_elastic_mirrored_finishes_on_two_devices_with_the_one_device_result():
-    steps = dict(steps=120, batch_size=48)
-    one = run_training(RunConfig(**SMALL, **steps), progress=lambda _: None)
-    with LocalCluster(
-        n_workers=3,
+def _local_cluster(workers: int) -> LocalCluster:
+    return LocalCluster(
+        n_workers=workers,
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
         dashboard_address=":0",
         memory_limit=0,
-    ) as cluster:
-        config = RunConfig(
-            strategy="mirrored",
-            devices=3,
-            elastic=True,
-            cluster=cluster.scheduler_address,
-            checkpoint_every=20,
-            replacement_timeout=2,
-            **SMALL,
-            **steps,
-        )
-        # A worker whose nanny closes too never comes back: no replacement is offered.
-        elastic = train(config, at=(40,), act=lambda: cluster.scale(2))
-    assert elastic.summary["devices_at_end"] == 2
-    assert elastic.summary["restarts"] == 1
+    )
+
+
+def _elastic(cluster: LocalCluster, steps: dict) -> RunConfig:
+    return RunConfig(
+        strategy="mirrored",
+        devices=3,
+        elastic=True,
+        cluster=cluster.scheduler_address,
+        checkpoint_every=20,
+        replacement_timeout=2,
+        **SMALL,
+        **steps,
+    )
+
+
+def _assert_equal_to_one_device(result, steps: dict) -> None:
+    one = run_training(RunConfig(**SMALL, **steps), progress=lambda _: None)
     for name, value in one.parameters.items():
         scale = np.max(np.abs(value))
-        assert np.max(np.abs(elastic.parameters[name] - value)) <= 1e-10 * scale, name
+        assert np.max(np.abs(result.parameters[name] - value)) <= 1e-10 * scale, name
+
+
+def test_elastic_mirrored_finishes_on_two_devices_with_the_one_device_result():
+    steps = dict(steps=120, batch_size=48)
+    with _local_cluster(3) as cluster:
+        # A worker whose nanny closes too never comes back: no replacement is offered.
+        elastic = train(_elastic(cluster, steps), at=(40,), act=lambda: cluster.scale(2))
+    assert elastic.summary["devices_at_end"] == 2
+    assert elastic.summary["restarts"] == 1
+    _assert_equal_to_one_device(elastic, steps)
+
+
+def test_elastic_mirrored_grows_again_when_a_worker_joins():
+    steps = dict(steps=300, batch_size=48)
+    changes = iter([2, 3])
+    # Slow steps (task:0 computes 20x as long): the joining worker starts before the run ends.
+    config = _elastic(cluster := _local_cluster(3), steps).replace(
+        simulate_straggler=(("task:0", 20.0),)
+    )
+    with cluster:
+        elastic = train(config, at=(40, 90), act=lambda: cluster.scale(next(changes)))
+    assert "devices_at_end" not in elastic.summary  # all three again
+    third = "/job:worker/task:2/device:CPU:0"
+    steps_on_third = {e.step for e in elastic.log.phases(third) if e.phase == "compute"}
+    assert max(steps_on_third) == 299 and not steps_on_third & set(range(60, 100))
+    _assert_equal_to_one_device(elastic, steps)
 
 
 def test_a_slow_async_worker_applies_fewer_updates_and_staleness_shows():
@@ -168,10 +197,15 @@ def test_a_killed_async_worker_is_dropped_and_training_goes_on():
         batch_size=32,
         **LEARNING,
     )
+    said: list[str] = []
     result = train(
-        config, at=(60,), act=lambda: _kill_async_worker_zero(job_box), job_hook=job_box.append
+        config,
+        at=(60,),
+        act=lambda: _kill_async_worker_zero(job_box),
+        job_hook=job_box.append,
+        progress=said.append,
     )
-    assert result.summary["restarts"] == 0
+    assert result.summary["restarts"] == 0, said
     assert result.summary["test_accuracy"] >= 0.95
     assert [e.device for e in result.log.phases() if e.phase == "failure"] == [
         "/job:worker/task:0/device:CPU:0"

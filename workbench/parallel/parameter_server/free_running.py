@@ -26,6 +26,7 @@ from workbench.runtime.cluster import ClusterSession, ordered_workers
 from workbench.training.job import Progress, TrainingJob, epoch_progress
 
 POLL_S = 0.2  # how often the client drains shard 0: the live charts' refresh
+SHARD_CALL_ATTEMPTS = 3
 
 
 class FreeRunningDriver:
@@ -163,18 +164,23 @@ class FreeRunningDriver:
     # --- shards ----------------------------------------------------------------------------
 
     def _call_shard(self, rank: int, method: str, **arguments: Any) -> Any:
-        address = self.session.addresses[rank]
-        try:
-            replies = self.session.client.run(
-                call_shard, self.session.run_id, method, workers=[address], **arguments
-            )
-        except Exception as error:
-            raise DeviceFailure(
-                f"{self.session.device_names[rank]} did not answer {method}: {error}",
-                self.session.device_names[rank],
-                None,
-            ) from error
-        return replies[address]
+        """``handle_<method>`` on shard ``rank``. A call that fails while the shard's worker is
+        still there (the scheduler busy removing a dead worker, say) is tried again; a shard
+        that is gone, or keeps failing, is a :class:`DeviceFailure`."""
+        address, device = self.session.addresses[rank], self.session.device_names[rank]
+        for attempt in range(SHARD_CALL_ATTEMPTS):
+            try:
+                replies = self.session.client.run(
+                    call_shard, self.session.run_id, method, workers=[address], **arguments
+                )
+                return replies[address]
+            except Exception as error:
+                gone = address not in ordered_workers(self.session.client)
+                if gone or attempt == SHARD_CALL_ATTEMPTS - 1:
+                    raise DeviceFailure(
+                        f"{device} did not answer {method}: {error}", device, None
+                    ) from error
+                time.sleep(0.2)
 
     def _each_shard(self, method: str, **arguments: Any) -> None:
         for rank in self.shards:
