@@ -76,7 +76,7 @@ class ParameterServerWorker(GradientWorker):
         return versions, received, done
 
     def _push(self, step: int, gradients: dict, versions: list[int], report=None) -> dict:
-        """The gradient for each shard: bytes sent, staleness per shard, whether a shard
+        """The gradient for each shard: bytes sent, staleness per shard, whether shard 0
         dropped it, and shard 0's version after it (``report`` rides on shard 0's push)."""
         pushed = {"sent": 0, "staleness": [], "dropped": False, "version": versions[0]}
         for shard, bucket in enumerate(self.buckets):
@@ -93,8 +93,10 @@ class ParameterServerWorker(GradientWorker):
                 **extra,
             )
             pushed["sent"] += flat.nbytes
-            pushed["dropped"] = pushed["dropped"] or reply.get("dropped", False)
             if shard == 0:
+                # Shard 0 keeps the run's count: near the end of the budget another shard may
+                # take a push shard 0 dropped (or the other way round), as async updates do.
+                pushed["dropped"] = reply.get("dropped", False)
                 pushed["version"] = reply.get("version", versions[0])
             if reply["staleness"] is not None:
                 pushed["staleness"].append(reply["staleness"])
