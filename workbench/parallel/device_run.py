@@ -276,10 +276,7 @@ class Attempt:
         job = self.job
         job.faults.restarts += 1
         self.log.scalar("restarts", self.checkpoints.step, job.faults.restarts, job.clock())
-        self.first, job.initial_parameters, job.initial_optimizer_state = (
-            self.checkpoints.restart_point()
-        )
-        job.restored_step = self.first
+        self._from_checkpoint()
         if failure.step is not None:
             job.faults.steps_recomputed += max(0, failure.step - self.first)
         self.noticed = noticed
@@ -311,8 +308,13 @@ class Attempt:
         self.clean_up()
         self.progress(f"[{self.strategy}] {count} devices available again at step {step}")
         session.rebind(workers[:count], _worker_names(session, count))
+        self._from_checkpoint()
+        raise Regroup
+
+    def _from_checkpoint(self) -> None:
+        """The next attempt starts from the newest checkpoint (plans read it from the job)."""
+        job = self.job
         self.first, job.initial_parameters, job.initial_optimizer_state = (
             self.checkpoints.restart_point()
         )
         job.restored_step = self.first
-        raise Regroup

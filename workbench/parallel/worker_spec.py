@@ -13,6 +13,7 @@ from typing import Any
 
 from workbench.config import RunConfig
 from workbench.optim import init_slots
+from workbench.parallel.straggler import SimulatedStraggler
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.device_arrays import DeviceArrays
 from workbench.training.job import TrainingJob
@@ -43,6 +44,10 @@ class WorkerSpec:
     @property
     def device(self) -> str:
         return self.device_names[self.rank]
+
+    def straggler(self) -> SimulatedStraggler:
+        """How much slower ``--simulate-straggler`` makes this device's compute."""
+        return SimulatedStraggler.for_device(self.config, self.device)
 
     def device_arrays(self) -> DeviceArrays:
         """This device's array module, looked up in the worker process that runs it."""

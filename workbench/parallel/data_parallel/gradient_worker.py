@@ -17,7 +17,6 @@ from workbench.config import RunConfig
 from workbench.data import GlobalBatchSampler, load_dataset, shard_rows
 from workbench.ir import Executable
 from workbench.optim import LearningRateSchedule, make_optimizer
-from workbench.parallel.straggler import SimulatedStraggler
 from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
 from workbench.training.graphs import (
     DROPOUT_SEED,
@@ -50,7 +49,7 @@ class GradientWorker:
         self.current_step = spec.total_steps
         self.state = initial_state(spec, self.optimizer, self.arrays)
         self.dtype = np.dtype(config.dtype).type
-        self.straggler = SimulatedStraggler.for_device(spec.config, self.device)
+        self.straggler = spec.straggler()
         if spec.reads_own_data:
             # The training set goes to the device once; each step gathers its rows there.
             input_dtype = "int64" if self.model.takes_integer_input else config.dtype

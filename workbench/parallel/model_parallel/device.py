@@ -18,7 +18,6 @@ from workbench.data import GlobalBatchSampler, load_dataset
 from workbench.ir import Executable, Graph
 from workbench.ir.ops.communication import RENDEZVOUS
 from workbench.optim import LearningRateSchedule, make_optimizer
-from workbench.parallel.straggler import SimulatedStraggler
 from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
@@ -69,7 +68,7 @@ class ModelParallelDevice:
         self.program = Executable(spec.partition)
         self.names = tuple(n.attrs["var"] for n in spec.partition.nodes if n.op == "variable")
         self.device = worker.device
-        self.straggler = SimulatedStraggler.for_device(worker.config, self.device)
+        self.straggler = worker.straggler()
         self.arrays = worker.device_arrays()
         self.xp = self.arrays.xp
         self.current_step = worker.total_steps

@@ -59,6 +59,7 @@ class FreeRunningDriver:
         self.session, self.job, self.log = session, job, log
         self.progress, self.strategy = progress, strategy
         running = {rank: self._start(rank, first) for rank in self.workers}
+        self.vacant: list[int] = []  # ranks whose worker was dropped, until replaced
         stopped, dropped, step, done_since = False, 0, first, None
         self.step, self.finished = first, False
         printed_epoch = None
@@ -67,7 +68,8 @@ class FreeRunningDriver:
             if job.stop.is_set() and not stopped:
                 stopped = True
                 self._each_shard("stop")
-            self._check_shards()
+            alive = ordered_workers(session.client)  # one scheduler round trip per poll
+            self._check_shards(set(alive))
             status = self._call_shard(self.shards[0], "drain")
             events = self._log_reports(status["reports"])
             if status["dropped"] > dropped:
@@ -86,7 +88,7 @@ class FreeRunningDriver:
                 after_chunk(step, now, [{"events": events}])
                 step = self.step = now
             self.finished = status["done"]
-            self._collect(running, first=step)
+            self._collect(running, alive, first=step)
             if status["done"]:
                 done_since = done_since or time.monotonic()
                 if time.monotonic() - done_since > job.config.stall_timeout:
@@ -108,29 +110,28 @@ class FreeRunningDriver:
         )
         return future
 
-    def _collect(self, running: dict, first: int) -> None:
+    def _collect(self, running: dict, alive: list[str], first: int) -> None:
         """Finished loops report their last events; failed or vanished ones are dropped and
-        replaced when a spare worker is there."""
-        alive = set(ordered_workers(self.session.client))
+        replaced when a spare worker (one of ``alive`` the run does not use) is there."""
+        alive_here, used = set(alive), set(self.session.addresses)
         for rank, future in list(running.items()):
             if future.status == "finished":
                 with contextlib.suppress(Exception):
                     self._log_reports([future.result(timeout=10)])
                     del running[rank]
                     continue
-            gone = self.session.addresses[rank] not in alive
+            gone = self.session.addresses[rank] not in alive_here
             if gone or future.status in ("error", "cancelled", "lost"):
                 detail = "its worker left the cluster" if gone else self._error_of(future)
                 self._drop(running, rank, detail)
-        for rank in [r for r in self.workers if r not in running]:
-            spare = self._spare_worker(alive)
-            if spare is None or self.finished:
-                break
-            self._replace(running, rank, spare, first)
+        spares = [address for address in alive if address not in used]
+        while self.vacant and spares and not self.finished:
+            self._replace(running, self.vacant.pop(0), spares.pop(0), first)
 
     def _drop(self, running: dict, rank: int, detail: str) -> None:
         job, device = self.job, self.session.device_names[rank]
         running.pop(rank, None)
+        self.vacant.append(rank)
         noticed = job.clock()
         self.log.phase(device, "failure", self.step, noticed, noticed)
         self.progress(
@@ -138,10 +139,6 @@ class FreeRunningDriver:
             "discarded and the other workers go on"
         )
         self._each_shard("forget", worker=rank)
-
-    def _spare_worker(self, alive: set[str]) -> str | None:
-        used = set(self.session.addresses)
-        return next((a for a in ordered_workers(self.session.client) if a not in used), None)
 
     def _replace(self, running: dict, rank: int, address: str, first: int) -> None:
         session = self.session
@@ -186,8 +183,7 @@ class FreeRunningDriver:
         for rank in self.shards:
             self._call_shard(rank, method, **arguments)
 
-    def _check_shards(self) -> None:
-        alive = set(ordered_workers(self.session.client))
+    def _check_shards(self, alive: set[str]) -> None:
         for rank in self.shards:
             if self.session.addresses[rank] not in alive:
                 raise DeviceFailure(

@@ -33,7 +33,6 @@ from workbench.parallel.pipeline.stages import (
     build_stage_graphs,
     split_layers,
 )
-from workbench.parallel.straggler import SimulatedStraggler
 from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
@@ -78,7 +77,7 @@ class StageWorker:
         self.forward, self.backward = Executable(graphs.forward), Executable(graphs.backward)
         self.update = Executable(build_update_graph(model, optimizer, config.dtype, self.names))
         self.device = worker.device
-        self.straggler = SimulatedStraggler.for_device(worker.config, self.device)
+        self.straggler = worker.straggler()
         self.arrays = worker.device_arrays()
         self.xp = self.arrays.xp
         self.current_step = worker.total_steps
