@@ -9,11 +9,11 @@ traffic pattern is the parameter-server one (everything through one device), wit
 from __future__ import annotations
 
 from workbench.strategies.data_parallel import DataParallel
-from workbench.strategies.options import BUCKET_MB
+from workbench.strategies.options import BUCKET_MB, REPLICATION
 
 
 class CentralStorage(DataParallel):
     name = "central-storage"
     description = "variables on one device, compute replicated, one central update"
-    options = (BUCKET_MB,)
+    options = (BUCKET_MB, REPLICATION)
     central_storage = True

@@ -11,13 +11,19 @@ from __future__ import annotations
 
 from workbench.config import ConfigError, RunConfig
 from workbench.strategies.data_parallel import DataParallel
-from workbench.strategies.options import ALLREDUCE, BUCKET_MB, COMPRESSION, ELASTIC
+from workbench.strategies.options import (
+    ALLREDUCE,
+    BUCKET_MB,
+    COMPRESSION,
+    ELASTIC,
+    REPLICATION,
+)
 
 
 class Mirrored(DataParallel):
     name = "mirrored"
     description = "sync data parallel on one host: variables mirrored, gradients all-reduced"
-    options = (ALLREDUCE, BUCKET_MB, COMPRESSION, ELASTIC)
+    options = (ALLREDUCE, BUCKET_MB, COMPRESSION, ELASTIC, REPLICATION)
 
     def algorithm(self, config: RunConfig, device_type: str) -> str:
         if config.allreduce != "auto":

@@ -50,7 +50,24 @@ STALENESS = Option(
     applies_with="--mode async",
 )
 REPLICATION = Option(
-    "replication", str, "between-graph", "who feeds the workers", choices=REPLICATION_NAMES
+    "replication",
+    str,
+    "between-graph",
+    "in-graph: one client graph holding every replica's tower; between-graph: each worker "
+    "builds its own replica graph",
+    choices=REPLICATION_NAMES,
+)
+# TF's min_max_variable_partitioner: a variable of at least this many bytes is split along
+# its first axis over the PS shards (each part at least this big, at most one part a shard).
+PS_PARTITION_MIN_BYTES = Option(
+    "ps_partition_min_bytes",
+    int,
+    None,
+    "split variables of at least this many bytes along their first axis over the PS shards "
+    "(default: never split)",
+    minimum=0,
+    optional=True,
+    label="partition min bytes",
 )
 STAGES = Option("stages", int, 2, "pipeline stages", minimum=1)
 MICROBATCHES = Option(

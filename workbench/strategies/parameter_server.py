@@ -34,14 +34,21 @@ from workbench.runtime import device_name
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import ClusterStrategy
 from workbench.strategies.definition import replicas_divide_the_batch
-from workbench.strategies.options import BACKUP_WORKERS, MODE, PS, REPLICATION, STALENESS
+from workbench.strategies.options import (
+    BACKUP_WORKERS,
+    MODE,
+    PS,
+    PS_PARTITION_MIN_BYTES,
+    REPLICATION,
+    STALENESS,
+)
 from workbench.training.job import Progress, TrainingJob
 
 
 class ParameterServer(ClusterStrategy):
     name = "parameter-server"
     description = "variables sharded over PS tasks; workers pull, compute, push (sync or async)"
-    options = (PS, MODE, STALENESS, REPLICATION, BACKUP_WORKERS)
+    options = (PS, MODE, STALENESS, REPLICATION, BACKUP_WORKERS, PS_PARTITION_MIN_BYTES)
 
     def check_config(self, config: RunConfig) -> None:
         replicas_divide_the_batch(config)
