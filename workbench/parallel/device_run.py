@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.events import EventLog
@@ -45,6 +45,11 @@ class DevicePlan:
     # Replaces the client's chunked step loop (free-running parameter-server workers):
     # driver(session, job, log, progress, strategy, first, after_chunk).
     driver: Callable | None = None
+    # (variables, slots) from the snapshot devices' reports; a strategy whose devices hold
+    # pieces of variables (partitioned parameter-server variables) joins them here.
+    merge: Callable[[Sequence[dict]], tuple[dict, dict]] = field(
+        default=lambda snapshots: merged_state(snapshots)
+    )
 
     @classmethod
     def uniform(
@@ -142,7 +147,7 @@ def run_on_devices(
         host = TrainingSession(
             job.model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed
         )
-        host.load_state(*merged_state(snapshots))
+        host.load_state(*attempt.plan.merge(snapshots))
         # While the dashboard's pages still follow the run: the test point reaches them too.
         evaluate_on_test(job, host, log)
     return host
@@ -196,7 +201,7 @@ class Attempt:
                 self._note_recovered(first, results)
                 if not self.checkpoints.due(step):
                     return
-                self.checkpoints.save(step, *merged_state(self.gather(step)))
+                self.checkpoints.save(step, *self.plan.merge(self.gather(step)))
                 if grow_to is not None and len(session.addresses) < grow_to:
                     self._grow(step, grow_to)
 

@@ -10,7 +10,7 @@ from workbench.passes.fold_constants import fold_constants
 from workbench.passes.partition import Partitioned, PartitionError, Transfer, partition
 from workbench.passes.pipeline import DEFAULT_PASSES, PassReport, run_passes
 from workbench.passes.place import CostModel, PlacementError, estimate_flops, place
-from workbench.passes.prune import prune
+from workbench.passes.prune import extract, prune
 from workbench.passes.verify import GraphVerificationError, verify
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "Transfer",
     "eliminate_common_subexpressions",
     "estimate_flops",
+    "extract",
     "fold_constants",
     "partition",
     "place",

@@ -28,6 +28,7 @@ class Transfer:
     source: str
     target: str
     nbytes: int
+    shape: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def partition(graph: Graph, devices: Sequence[str]) -> Partitioned:
             )
             nodes[target].append(recv)
             received[(value, target)] = recv.output()
-            transfers.append(Transfer(key, value, source, target, type_.nbytes))
+            transfers.append(Transfer(key, value, source, target, type_.nbytes, type_.shape))
         return received[(value, target)]
 
     def wait_for(name: str, target: str) -> str:

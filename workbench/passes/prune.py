@@ -30,3 +30,27 @@ def prune(graph: Graph) -> Graph:
             live.update(value.node for value in node.inputs)
             live.update(node.control_inputs)
     return graph.with_nodes(node for node in graph.nodes if node.name in live)
+
+
+def extract(graph: Graph, targets: list[str]) -> Graph:
+    """The subgraph that running the nodes ``targets`` needs, and nothing else (not even
+    other effectful nodes): how the master cuts one program out of a partition, e.g. a
+    parameter-server shard's "serve a pull" sends apart from its "apply a push" updates.
+
+    Examples
+    --------
+    >>> from workbench.ir import GraphBuilder, ops
+    >>> b = GraphBuilder()
+    >>> x = b.placeholder("x", (2,), "float64")
+    >>> y, z = ops.exp(x), ops.tanh(x)
+    >>> graph = b.build({"y": y, "z": z})
+    >>> [node.name for node in extract(graph, ["tanh"]).nodes]
+    ['x', 'tanh']
+    """
+    live = set(targets)
+    for node in reversed(graph.nodes):
+        if node.name in live:
+            live.update(value.node for value in node.inputs)
+            live.update(node.control_inputs)
+    outputs = {key: value for key, value in graph.outputs.items() if value.node in live}
+    return Graph(tuple(node for node in graph.nodes if node.name in live), outputs)

@@ -20,9 +20,18 @@ from workbench.config import ConfigError, RunConfig
 from workbench.data import shard_rows
 from workbench.events import EventLog
 from workbench.optim import init_slots
-from workbench.parallel.device_run import DevicePlan, SetupGroup
+from workbench.parallel.device_run import DevicePlan, SetupGroup, merged_state
+from workbench.parallel.parameter_server.client_graph import (
+    ParameterServerGraph,
+    build_parameter_server_graph,
+)
 from workbench.parallel.parameter_server.free_running import FreeRunningDriver
-from workbench.parallel.parameter_server.partitioner import partition_variables
+from workbench.parallel.parameter_server.partitioner import (
+    VariablePiece,
+    join_parts,
+    place_variables,
+    split_state,
+)
 from workbench.parallel.parameter_server.shard_service import ShardSpec, setup_shard
 from workbench.parallel.parameter_server.worker_loop import (
     ParameterServerWorkerSpec,
@@ -89,26 +98,27 @@ class ParameterServer(ClusterStrategy):
         model, workers, shards = job.model, config.devices, config.ps
         params = job.initial_parameters or model.init_parameters(config.seed, config.dtype)
         slots = job.initial_optimizer_state or init_slots(job.optimizer, params)
-        placement = partition_variables(model.parameter_shapes(), shards)
         in_graph = config.replication == "in-graph"
         # Async workers, and sync ones with backups, loop on their own: no client barrier.
         free_running = config.mode == "async" or config.backup_workers > 0
         per_step = workers if config.mode == "async" else 1
         worker_ranks = list(range(workers))
         shard_ranks = list(range(workers, workers + shards))
+        pieces = self.pieces(config, model)
+        stores = split_state(pieces, params, slots)
+        # In-graph: this client builds the one graph of every tower. Between-graph: each worker
+        # builds its own; the shards run their part of worker 0's (the same for every worker).
+        client_graph = self.client_graph(config, job, session.device_names, pieces)
         shard_specs = [
             ShardSpec(
                 run_id=session.run_id,
                 config=config.to_dict(),
                 shard=k,
-                names=tuple(placement[k]),
                 workers=workers,
                 total_steps=job.total_steps,
                 stall_timeout=config.stall_timeout,
-                parameters={n: params[n] for n in placement[k]},
-                optimizer_state={
-                    s: v for s, v in slots.items() if s.rsplit("/", 1)[0] in placement[k]
-                },
+                store=stores[k] if k < len(stores) else {},
+                client_graph=client_graph,
                 model=model,
                 device=session.device_names[shard_ranks[k]],
                 clock_origin=job.clock_origin,
@@ -116,6 +126,7 @@ class ParameterServer(ClusterStrategy):
                 first_step=job.devices_start_at(),
                 total_updates=job.total_steps * per_step if free_running else None,
                 backups=config.backup_workers,
+                in_graph=in_graph,
             )
             for k in range(shards)
         ]
@@ -125,7 +136,8 @@ class ParameterServer(ClusterStrategy):
                 worker=make_worker_spec(session, job, rank, workers, reads_own_data=not in_graph),
                 shard_addresses=tuple(session.addresses[r] for r in shard_ranks),
                 shard_devices=tuple(session.device_names[r] for r in shard_ranks),
-                shard_names=tuple(tuple(names) for names in placement),
+                pieces=pieces,
+                client_graph=client_graph if in_graph else None,
             )
 
         worker_specs = [worker_spec(rank) for rank in worker_ranks]
@@ -149,6 +161,36 @@ class ParameterServer(ClusterStrategy):
             step_ranks=worker_ranks,
             snapshot_ranks=shard_ranks,  # the shards hold the variables
             driver=driver,
+            # A partitioned variable's parts come back from several shards: join them.
+            merge=lambda snapshots: tuple(
+                join_parts(pieces, state) for state in merged_state(snapshots)
+            ),
+        )
+
+    def pieces(self, config: RunConfig, model) -> tuple[VariablePiece, ...]:
+        """The variables, or their parts, and the shard each lives on."""
+        itemsize = np.dtype(config.dtype).itemsize
+        return tuple(
+            place_variables(
+                model.parameter_shapes(), config.ps, itemsize, config.ps_partition_min_bytes
+            )
+        )
+
+    def client_graph(
+        self, config: RunConfig, job: TrainingJob, device_names, pieces
+    ) -> ParameterServerGraph:
+        """The client graph the master places and partitions: every worker's tower
+        (in-graph), or worker 0's alone (between-graph)."""
+        towers = config.devices if config.replication == "in-graph" else 1
+        return build_parameter_server_graph(
+            job.model,
+            job.optimizer,
+            config.batch_size // config.devices,
+            config.dtype,
+            list(device_names[:towers]),
+            list(device_names[config.devices : config.devices + config.ps]),
+            pieces,
+            in_graph=config.replication == "in-graph",
         )
 
     def _step_arguments(self, config: RunConfig, session, job: TrainingJob, in_graph: bool):

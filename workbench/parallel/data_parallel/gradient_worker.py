@@ -38,11 +38,7 @@ class GradientWorker:
         self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
         self.schedule = LearningRateSchedule.from_config(config, self.optimizer, spec.total_steps)
         self.rows = shard_rows(config.batch_size, spec.rank, spec.replicas)
-        training = build_training_graph(
-            self.model, None, config.batch_size // spec.replicas, config.dtype
-        )
-        self.names = training.parameter_names
-        self.gradients = Executable(training.graph)
+        self.names, self.gradients = self.gradient_program()
         self.device = spec.device
         self.arrays = spec.device_arrays()
         self.xp = self.arrays.xp
@@ -55,6 +51,13 @@ class GradientWorker:
             input_dtype = "int64" if self.model.takes_integer_input else config.dtype
             self.inputs = self.arrays.to_device(dataset.x_train.astype(input_dtype))
             self.labels = self.arrays.to_device(dataset.y_train)
+
+    def gradient_program(self) -> tuple[tuple[str, ...], Executable]:
+        """(parameter names, the program computing this replica's loss and gradients)."""
+        training = build_training_graph(
+            self.model, None, self.config.batch_size // self.spec.replicas, self.config.dtype
+        )
+        return training.parameter_names, Executable(training.graph)
 
     def clock(self) -> float:
         return time.time() - self.spec.clock_origin

@@ -19,8 +19,13 @@ from distributed.protocol import to_serialize
 
 from workbench.config import RunConfig
 from workbench.ir import Executable
+from workbench.ir.ops.communication import RENDEZVOUS
 from workbench.optim import LearningRateSchedule, make_optimizer
-from workbench.parallel.collectives import Bucket, plan_buckets
+from workbench.parallel.parameter_server.client_graph import (
+    ParameterServerGraph,
+    learning_rate_feed,
+)
+from workbench.parallel.parameter_server.messages import decode_push, pack_pull, push_bytes
 from workbench.parallel.parameter_server.protocol import (
     ApplyUpdate,
     DropPush,
@@ -31,10 +36,10 @@ from workbench.parallel.parameter_server.protocol import (
     ShardProtocol,
     Stop,
 )
+from workbench.parallel.parameter_server.table_rendezvous import TableRendezvous
 from workbench.runtime.device_arrays import DeviceArrays
 from workbench.runtime.peer_transport import route, wire_of
 from workbench.runtime.worker_service import SERVICE_NAME, device_service
-from workbench.training.graphs import LEARNING_RATE, build_update_graph, gradient_name
 
 
 @dataclass(frozen=True)
@@ -42,12 +47,13 @@ class ShardSpec:
     run_id: str
     config: dict
     shard: int
-    names: tuple[str, ...]
     workers: int
     total_steps: int
     stall_timeout: float
-    parameters: dict  # this shard's initial variables
-    optimizer_state: dict  # and their slots
+    store: dict  # this shard's variables (or parts) and their optimizer slots, to start from
+    # The client graph this shard's programs come from: the run's one graph (in-graph), or
+    # the graph of worker 0 (between-graph: every worker's has the same shape).
+    client_graph: ParameterServerGraph
     model: Any
     device: str
     clock_origin: float
@@ -55,33 +61,31 @@ class ShardSpec:
     first_step: int = 0  # the step the run (or its restore) starts from
     total_updates: int | None = None  # free-running workers: the run's budget of updates
     backups: int = 0  # sync: pushes per step not waited for (--backup-workers)
-
-
-def shard_bucket(shapes: dict, names, itemsize: int) -> Bucket:
-    """All of a shard's variables as one flat message, in a fixed order."""
-    (bucket,) = plan_buckets({n: shapes[n] for n in names}, itemsize, bucket_bytes=2**62)
-    return bucket
+    in_graph: bool = False
 
 
 class ParameterShard:
     def __init__(self, spec: ShardSpec) -> None:
         self.spec = spec
         config = RunConfig.from_dict(spec.config)
-        model = spec.model
         optimizer = make_optimizer(config.optimizer)
-        self.update = Executable(build_update_graph(model, optimizer, config.dtype, spec.names))
+        graph = spec.client_graph
+        self.names = tuple(p.name for p in graph.pieces if p.shard == spec.shard)
+        self.rendezvous = TableRendezvous()
+        self.serve = Executable(graph.serve_program(spec.shard))
+        self.update = Executable(graph.apply_program(spec.shard))
+        self.learning_rate_feed = learning_rate_feed(spec.shard)
+        towers = spec.workers if spec.in_graph else 1
+        self.pulls = [graph.pulls(spec.shard, w) for w in range(towers)]
+        self.pushes = [graph.pushes(spec.shard, w) for w in range(towers)]
         self.schedule = LearningRateSchedule.from_config(config, optimizer, spec.total_steps)
         self.dtype = np.dtype(config.dtype).type
         self.device = spec.device
         self.arrays = DeviceArrays.for_kind(spec.device_type, spec.device)
         self.xp = self.arrays.xp
         self.route = route(self.arrays.on_gpu, wire_of(device_service().worker.address))
-        self.state = {
-            n: self.arrays.to_device(v)
-            for n, v in {**spec.parameters, **spec.optimizer_state}.items()
-        }
-        shapes = {n: spec.parameters[n].shape for n in spec.names}
-        self.bucket = shard_bucket(shapes, spec.names, np.dtype(config.dtype).itemsize)
+        self.state = {n: self.arrays.to_device(v) for n, v in spec.store.items()}
+        self.state[RENDEZVOUS] = self.rendezvous
         bound = config.staleness if config.mode == "async" else None
         # Versions count updates from the run's start: a step in sync mode, a push in async.
         first_version = spec.first_step * (spec.workers if config.mode == "async" else 1)
@@ -128,7 +132,12 @@ class ParameterShard:
         if report is not None:  # a free-running worker's events and losses, for the client
             self.reports.append(report)
         arrived = self.clock()
-        gradients = self.arrays.adopt(gradients)
+        gradients = [
+            tuple(self.arrays.adopt(part) for part in entry)
+            if isinstance(entry, tuple)
+            else self.arrays.adopt(entry)
+            for entry in gradients
+        ]
         instructions = self.protocol.handle(Push(worker, step, read_version, gradients))
         self.events.append(
             (
@@ -138,7 +147,7 @@ class ParameterShard:
                 arrived,
                 arrived,
                 0,
-                int(gradients.nbytes),
+                push_bytes(gradients),
                 self.route,
             )
         )
@@ -176,9 +185,9 @@ class ParameterShard:
         """Variables, slots, staleness log and the events since the last snapshot (taken on
         the shard's update thread)."""
         state = self.thread.submit(
-            lambda: {n: self.arrays.to_host(v) for n, v in self.state.items()}
+            lambda: {n: self.arrays.to_host(v) for n, v in self.state.items() if n != RENDEZVOUS}
         ).result()
-        names = set(self.spec.names)
+        names = set(self.names)
         events, self.events = self.events, []  # each event is handed over once
         return {
             "parameters": {n: v for n, v in state.items() if n in names},
@@ -202,9 +211,7 @@ class ParameterShard:
                 )
                 self.events.append((self.spec.device, "update", step, start, self.clock(), 0, 0))
             elif isinstance(instruction, SendParameters):
-                values = await loop.run_in_executor(
-                    self.thread, self.bucket.pack, self.state, self.xp
-                )
+                values = await loop.run_in_executor(self.thread, self._serve, instruction.worker)
                 now = self.clock()
                 self.events.append(
                     (
@@ -222,14 +229,38 @@ class ParameterShard:
                 if reply is not None and not reply.done():
                     reply.set_result((instruction.version, values))
 
+    def _serve(self, worker: int) -> Any:
+        """Run the partition's sends; the pull reply is what they sent ``worker``."""
+        self.rendezvous.sent = {}
+        self.serve.run({}, self.state, self.xp)
+        return pack_pull(
+            self.rendezvous.sent, self.pulls[worker if self.spec.in_graph else 0], self.xp
+        )
+
     def _apply(self, update: ApplyUpdate) -> None:
-        total = update.gradients[0].copy()
-        for gradients in update.gradients[1:]:  # worker order: a reproducible sum
-            total += gradients
-        total *= self.scale if self.async_mode else self.dtype(1.0 / len(update.gradients))
+        """Feed the pushed gradients to the partition's recvs and run its updates. In-graph,
+        each tower's recv gets its worker's gradient and the graph's add-n sums them; a
+        between-graph shard has one recv per gradient and feeds it the mean here."""
         step = update.version // self.spec.workers if self.async_mode else update.version
-        feeds = {gradient_name(n): v for n, v in self.bucket.unpack(total).items()}
-        feeds[LEARNING_RATE] = self.arrays.scalar(self.dtype(self.schedule(step)))
+        received = {}
+        if self.spec.in_graph:
+            for worker, entries in zip(update.workers, update.gradients):
+                for transfer, entry in zip(self.pushes[worker], entries):
+                    received[transfer.key] = decode_push(entry, transfer.shape, self.xp)
+        else:
+            scale = self.scale if self.async_mode else self.dtype(1.0 / len(update.gradients))
+            for position, transfer in enumerate(self.pushes[0]):
+                pushed = [
+                    decode_push(entries[position], transfer.shape, self.xp)
+                    for entries in update.gradients
+                ]
+                total = pushed[0].copy()
+                for gradient in pushed[1:]:  # worker order: a reproducible sum
+                    total += gradient
+                total *= scale
+                received[transfer.key] = total
+        self.rendezvous.received = received
+        feeds = {self.learning_rate_feed: self.arrays.scalar(self.dtype(self.schedule(step)))}
         self.update.run(feeds, self.state, self.xp)
 
 

@@ -1,9 +1,11 @@
 """A parameter-server worker (TF's ``/job:worker/task:n``): pull, compute, push, every step.
 
-Pulls go to the shards in shard order (a fixed order, like lock ordering, so bounded-staleness
-waits can never form a cycle); each pull is answered with the shard's variables and the
-version they are at; the gradient for each shard is pushed with the version it was computed
-from, which is how the shard measures staleness.
+What it computes is its partition of the parameter-server client graph
+(``client_graph.py``): the partition's recvs are fed by the pulls, its sends are what the
+pushes carry. Pulls go to the shards in shard order (a fixed order, like lock ordering, so
+bounded-staleness waits can never form a cycle); each pull is answered with the shard's
+variables and the version they are at; the gradient for each shard is pushed with the version
+it was computed from, which is how the shard measures staleness.
 """
 
 from __future__ import annotations
@@ -11,16 +13,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 
+from workbench.ir import Executable
+from workbench.ir.ops.communication import RENDEZVOUS
 from workbench.parallel.collectives import StallError
 from workbench.parallel.data_parallel.gradient_worker import GradientWorker
-from workbench.parallel.parameter_server.shard_service import shard_bucket
+from workbench.parallel.parameter_server.client_graph import (
+    ParameterServerGraph,
+    build_parameter_server_graph,
+)
+from workbench.parallel.parameter_server.messages import encode_push, push_bytes, unpack_pull
+from workbench.parallel.parameter_server.partitioner import VariablePiece
+from workbench.parallel.parameter_server.table_rendezvous import TableRendezvous
+from workbench.parallel.towers import feed_parts
 from workbench.parallel.worker_spec import WorkerSpec
 from workbench.runtime.peer_transport import route, wire_of
 from workbench.runtime.worker_service import CALL_HANDLER, device_service
+from workbench.training.graphs import DROPOUT_SEED, INPUTS, LABELS
+from workbench.training.session import dropout_seed
 
 
 @dataclass(frozen=True)
@@ -28,19 +40,42 @@ class ParameterServerWorkerSpec:
     worker: WorkerSpec
     shard_addresses: tuple[str, ...]
     shard_devices: tuple[str, ...]
-    shard_names: tuple[tuple[str, ...], ...]
+    pieces: tuple[VariablePiece, ...]  # the variables (or parts) and their shards
+    # In-graph replication: the client's one graph, this worker running tower ``worker.rank``.
+    # Between-graph (None): the worker builds its own graph, one tower.
+    client_graph: ParameterServerGraph | None = None
 
 
 class ParameterServerWorker(GradientWorker):
     def __init__(self, spec: ParameterServerWorkerSpec) -> None:
-        super().__init__(spec.worker)
         self.ps = spec
-        shapes = self.model.parameter_shapes()
-        itemsize = np.dtype(self.config.dtype).itemsize
-        self.buckets = [shard_bucket(shapes, names, itemsize) for names in spec.shard_names]
+        super().__init__(spec.worker)
+        self.tower = 0 if spec.client_graph is None else spec.worker.rank
+        # The variables live on the shards: this device keeps only what crosses the wire.
+        self.rendezvous = TableRendezvous()
+        self.state = {RENDEZVOUS: self.rendezvous}
+        self.pulls = [self.graph.pulls(k, self.tower) for k in range(len(spec.shard_devices))]
+        self.pushes = [self.graph.pushes(k, self.tower) for k in range(len(spec.shard_devices))]
+        self.loss_key = next(key for key in self.gradients.fetches if key.endswith("loss"))
         self._worker = device_service().worker
         # Pulls and pushes are RPCs over Dask's comms; device arrays ride its serializers.
         self.route = route(self.arrays.on_gpu, wire_of(self._worker.address))
+
+    def gradient_program(self) -> tuple[tuple[str, ...], Executable]:
+        """This worker's partition of the parameter-server client graph: recv the variables,
+        forward, backward, send each gradient to its shard."""
+        spec, config = self.ps, self.config
+        self.graph = spec.client_graph or build_parameter_server_graph(
+            self.model,
+            self.optimizer,
+            config.batch_size // spec.worker.replicas,
+            config.dtype,
+            [spec.worker.device],
+            list(spec.shard_devices),
+            spec.pieces,
+        )
+        tower = 0 if spec.client_graph is None else spec.worker.rank
+        return tuple(self.model.parameter_shapes()), Executable(self.graph.worker_program(tower))
 
     def _call(self, shard: int, at_step: int, method: str, **arguments: Any) -> Any:
         rpc = self._worker.rpc(self.ps.shard_addresses[shard])
@@ -59,28 +94,45 @@ class ParameterServerWorker(GradientWorker):
             ) from error
 
     def _pull(self, step: int, newest_first: bool = False) -> tuple[list[int], int, bool]:
-        """Every shard's variables into this device's state: (versions, bytes received,
-        whether the run's updates are spent). ``newest_first`` (sync, free-running): ask each
-        shard for no older a step than the shards before it granted, else the push to it would
-        be ahead of it."""
+        """Every shard's sends to this worker, ready for the partition's recvs: (versions,
+        bytes received, whether the run's updates are spent). ``newest_first`` (sync,
+        free-running): ask each shard for no older a step than the shards before it granted,
+        else the push to it would be ahead of it."""
         versions, received, done = [], 0, False
-        for shard, bucket in enumerate(self.buckets):
+        self.rendezvous.received = {}
+        for shard, transfers in enumerate(self.pulls):
             wanted = max([step, *versions]) if newest_first else step
             reply = self._call(shard, step, "pull", worker=self.spec.rank, step=wanted)
             done = done or reply.get("done", False)
             versions.append(reply["version"])
             values = self.arrays.adopt(reply["values"])
             received += values.nbytes
-            for name, value in bucket.unpack(values).items():
-                self.state[name][...] = value
+            keys = [t.key for t in transfers]
+            self.rendezvous.received.update(unpack_pull(values, transfers, keys))
         return versions, received, done
 
+    def compute(
+        self, step: int, fed: tuple | None = None, on_fetch=None
+    ) -> tuple[dict[str, Any], float]:
+        """Run this worker's partition on its slice of step ``step`` (after a pull): the
+        gradients its sends produced, by transfer key, and the loss."""
+        self.current_step = step
+        inputs, labels = self.batch(step, fed)
+        by_feed = {INPUTS: inputs, LABELS: labels}
+        if self.model.uses_dropout:
+            by_feed[DROPOUT_SEED] = dropout_seed(self.config.seed, step)
+        feeds = {name: by_feed[feed_parts(name)[1]] for name in self.gradients.placeholders}
+        self.rendezvous.sent = {}
+        with self.straggler.computing():
+            out = self.gradients.run(feeds, self.state, self.xp)
+        return self.rendezvous.sent, float(out[self.loss_key])
+
     def _push(self, step: int, gradients: dict, versions: list[int], report=None) -> dict:
-        """The gradient for each shard: bytes sent, staleness per shard, whether shard 0
+        """The gradients for each shard: bytes sent, staleness per shard, whether shard 0
         dropped it, and shard 0's version after it (``report`` rides on shard 0's push)."""
         pushed = {"sent": 0, "staleness": [], "dropped": False, "version": versions[0]}
-        for shard, bucket in enumerate(self.buckets):
-            flat = bucket.pack(gradients, self.xp)
+        for shard, transfers in enumerate(self.pushes):
+            entries = encode_push(gradients, transfers, self.graph.row_sparse, self.xp)
             extra = {"report": report} if shard == 0 and report is not None else {}
             reply = self._call(
                 shard,
@@ -89,10 +141,10 @@ class ParameterServerWorker(GradientWorker):
                 worker=self.spec.rank,
                 step=step,
                 read_version=versions[shard],
-                gradients=to_serialize(flat),
+                gradients=to_serialize(entries),
                 **extra,
             )
-            pushed["sent"] += flat.nbytes
+            pushed["sent"] += push_bytes(entries)
             if shard == 0:
                 # Shard 0 keeps the run's count: near the end of the budget another shard may
                 # take a push shard 0 dropped (or the other way round), as async updates do.
