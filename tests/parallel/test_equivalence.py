@@ -52,10 +52,15 @@ CONFIGURATIONS = [
     {"strategy": "mirrored", "allreduce": "ring"},
     {"strategy": "mirrored", "allreduce": "hierarchical-copy"},
     {"strategy": "mirrored", "allreduce": "reduce-to-one"},
+    {"strategy": "mirrored", "replication": "in-graph"},
     {"strategy": "central-storage"},
+    {"strategy": "central-storage", "replication": "in-graph"},
     {"strategy": "multi-worker-mirrored"},
     {"strategy": "parameter-server", "ps": 1},
     {"strategy": "parameter-server", "ps": 2},
+    {"strategy": "parameter-server", "ps": 3},
+    # dense_0/kernel (64 x 32 float64, 16 KiB) in 2 parts, one per shard
+    {"strategy": "parameter-server", "ps": 2, "ps_partition_min_bytes": 4096},
     {"strategy": "parameter-server", "ps": 2, "replication": "in-graph"},
     {"strategy": "pipeline", "schedule": "gpipe"},
     {"strategy": "pipeline", "schedule": "1f1b"},
@@ -87,7 +92,7 @@ def test_float64_matches_one_device(flags, devices, no_leftover_processes):
         # Every device takes part in the traffic (a model-parallel device holding only a
         # reshape sends its activation but needs nothing back).
         assert device["bytes_sent"] + device["bytes_received"] > 0, device
-    if flags["strategy"] == "mirrored":
+    if flags["strategy"] == "mirrored" and "allreduce" in flags:
         # One all-reduce of the float64 gradients per step (one bucket). With 2 devices the
         # three algorithms move the same bytes (one tensor each way per device); with 4 the
         # pattern tells them apart: ring even, hierarchical-copy heavier on the 2 leaders,

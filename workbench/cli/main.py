@@ -11,13 +11,11 @@ from workbench.data import load_dataset
 from workbench.events import EventLog
 from workbench.launch.errors import USER_ERRORS
 from workbench.launch.flags import parse_run_flags
+from workbench.launch.graph_plans import graph_plan
 from workbench.launch.run_link import RunLink, new_run_id
 from workbench.launch.runner import PreparedRun, RunResult, prepare_run, stderr_progress
 from workbench.models import build_model
-from workbench.optim import make_optimizer
 from workbench.parallel.dispatch import DeviceFailure
-from workbench.parallel.model_parallel.graph import build_model_parallel_graph
-from workbench.runtime import device_name
 from workbench.runtime.cluster import ClusterError
 from workbench.store import RunStore
 
@@ -25,7 +23,7 @@ USAGE = """usage: dtrain <command> [flags]
 
 commands:
   run     train a model with a parallel strategy (dtrain run --help)
-  plan    show how model-parallel places and partitions the graph (same flags as run)
+  plan    show how the master places and partitions the run's client graph (same flags)
   bench   run the benchmark suites side by side with their peers (dtrain bench --help)
 """
 
@@ -63,10 +61,7 @@ def plan_command(argv: Sequence[str]) -> int:
         config = parse_run_flags(argv, prog="dtrain plan")
         dataset = load_dataset(config.dataset, seed=config.seed)
         model = build_model(config.model, dataset.input_shape, dataset.num_classes, config.hidden)
-        devices = [device_name("cpu", task=rank) for rank in range(config.devices)]
-        plan = build_model_parallel_graph(
-            model, make_optimizer(config.optimizer), config.batch_size, config.dtype, devices
-        )
+        plan = graph_plan(config, model)
     except USER_ERRORS as error:
         print(f"dtrain plan: error: {error}", file=sys.stderr)
         return 2

@@ -9,11 +9,14 @@ from workbench.data.dataset import Dataset, DatasetError
 from workbench.data.digits import load_digits
 from workbench.data.idx import load_idx_dataset
 from workbench.data.synthetic import DEFAULT_SYNTHETIC, make_synthetic, parse_synthetic_spec
+from workbench.data.tokens import DEFAULT_TOKENS, make_tokens, parse_tokens_spec
 
 DATASET_FORMS = (
     "digits",
     "synthetic",
     "synthetic:FEATURES:CLASSES:SAMPLES",
+    "tokens",
+    "tokens:VOCABULARY:LENGTH:CLASSES:SAMPLES",
     "mnist:PATH",
     "fashion-mnist:PATH",
     "cifar10:PATH",
@@ -60,6 +63,11 @@ def parse_dataset_spec(spec: str) -> tuple[str, str]:
             return kind, ":".join(str(value) for value in DEFAULT_SYNTHETIC)
         parse_synthetic_spec(argument)
         return kind, argument
+    if kind == "tokens":
+        if not has_argument:
+            return kind, ":".join(str(value) for value in DEFAULT_TOKENS)
+        parse_tokens_spec(argument)
+        return kind, argument
     if kind in _PATH_KINDS:
         if not argument.strip():
             raise DatasetError(f"dataset {spec!r} needs a directory: use {kind}:PATH")
@@ -99,6 +107,8 @@ def load_dataset(spec: str, seed: int = 0) -> Dataset:
     if kind == "synthetic":
         features, classes, samples = parse_synthetic_spec(argument)
         return make_synthetic(features, classes, samples, seed=seed)
+    if kind == "tokens":
+        return make_tokens(*parse_tokens_spec(argument), seed=seed)
     if kind == "cifar10":
         return load_cifar10(Path(argument))
     return load_idx_dataset(Path(argument), name=kind)

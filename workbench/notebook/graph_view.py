@@ -14,9 +14,8 @@ from bokeh.plotting import figure
 
 from workbench.config import RunConfig
 from workbench.data import load_dataset
+from workbench.launch.graph_plans import graph_plan
 from workbench.models import build_model
-from workbench.optim import make_optimizer
-from workbench.parallel.model_parallel.graph import build_model_parallel_graph
 from workbench.parallel.pipeline.stages import split_layers
 from workbench.passes import Partitioned
 from workbench.runtime import device_name
@@ -79,14 +78,12 @@ def partition_figure(partitioned: Partitioned, width: int = 920) -> figure:
 
 
 def plan_view(config: RunConfig, model=None) -> figure:
-    """The model-parallel plan of ``config`` (its model preset, or ``model``), drawn."""
+    """The plan of ``config`` (its model preset, or ``model``), drawn: a model-parallel
+    placement, a parameter-server graph (one lane per worker and per PS task) or an
+    in-graph replicated graph (one lane per tower)."""
 
     config, model = _checked_model(config, model)
-    devices = [device_name("cpu", task=rank) for rank in range(config.devices)]
-    plan = build_model_parallel_graph(
-        model, make_optimizer(config.optimizer), config.batch_size, config.dtype, devices
-    )
-    return partition_figure(plan.partitioned)
+    return partition_figure(graph_plan(config, model).partitioned)
 
 
 def pipeline_figure(model, stages: list[range], devices: list[str], width: int = 920) -> figure:

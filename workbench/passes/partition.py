@@ -40,9 +40,11 @@ class Partitioned:
         lines = []
         for device, part in self.partitions.items():
             ops = [n.op for n in part.nodes]
+            collectives = ops.count("all_reduce")
+            also = f", {collectives} all-reduce" if collectives else ""
             lines.append(
                 f"{device}: {len(part.nodes)} nodes "
-                f"({ops.count('send')} send, {ops.count('recv')} recv)"
+                f"({ops.count('send')} send, {ops.count('recv')} recv{also})"
             )
         for t in self.transfers:
             lines.append(f"  {t.key}: {t.source} -> {t.target}, {t.nbytes:,} bytes")

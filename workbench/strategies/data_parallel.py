@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from workbench.config import ConfigError, RunConfig
 from workbench.parallel.collectives import even_groups
+from workbench.parallel.data_parallel.in_graph import build_in_graph_replication
 from workbench.parallel.data_parallel.replica import ReplicaSpec, setup_replica
 from workbench.parallel.device_run import DevicePlan
+from workbench.parallel.model_parallel.device import DeviceSpec, setup_device
+from workbench.parallel.model_parallel.graph import ModelParallelPlan
 from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
 from workbench.runtime.cluster import ClusterSession
@@ -51,6 +54,21 @@ class DataParallel(ClusterStrategy):
 
     def check_config(self, config: RunConfig) -> None:
         replicas_divide_the_batch(config)
+        if config.options.get("replication") == "in-graph":
+            # The one graph's all-reduce nodes run the ring; the rest is between-graph's.
+            refused = {
+                "--allreduce": config.options.get("allreduce", "auto") not in ("auto", "ring"),
+                "--compression": config.options.get("compression", "none") != "none",
+                "--elastic": config.options.get("elastic", False),
+            }
+            for flag, given in refused.items():
+                if given:
+                    raise ConfigError(
+                        flag,
+                        "is for between-graph replication; with --replication in-graph the one "
+                        "client graph all-reduces with the ring, uncompressed, on a fixed set "
+                        "of devices",
+                    )
 
     def elastic(self, config: RunConfig) -> bool:
         # Replica r of N takes rows [r*B/N, (r+1)*B/N) of the same global batch, for any N.
@@ -67,6 +85,8 @@ class DataParallel(ClusterStrategy):
                 "nccl reduces GPU buffers, but this run's devices are CPUs "
                 "(ring, hierarchical-copy, reduce-to-one work on both)",
             )
+        if config.options.get("replication") == "in-graph":
+            return self.in_graph_plan(config, job, session)
         specs = [
             ReplicaSpec(
                 worker=make_worker_spec(session, job, rank, replicas),
@@ -81,3 +101,39 @@ class DataParallel(ClusterStrategy):
         ]
         # Mirrored: every replica holds the same variables, so rank 0's are the result.
         return DevicePlan.uniform(session, setup_replica, specs, run_resident_steps, [0])
+
+    def graph_plan(self, config: RunConfig, model, optimizer) -> ModelParallelPlan | None:
+        if config.options.get("replication") != "in-graph":
+            return None  # between-graph: each worker builds its own replica graph
+        names = self.planned_device_names(config)
+        return self.in_graph_graph(config, model, optimizer, names)
+
+    def in_graph_graph(self, config: RunConfig, model, optimizer, devices) -> ModelParallelPlan:
+        """The one client graph of in-graph replication, placed and partitioned."""
+        return build_in_graph_replication(
+            model,
+            optimizer,
+            config.batch_size,
+            config.dtype,
+            list(devices),
+            central_storage=self.central_storage,
+            bucket_bytes=int(config.bucket_mb * 2**20),
+        )
+
+    def in_graph_plan(
+        self, config: RunConfig, job: TrainingJob, session: ClusterSession
+    ) -> DevicePlan:
+        """Every device runs its partition of the one graph each step."""
+        graph = self.in_graph_graph(config, job.model, job.optimizer, session.device_names)
+        replicas = len(session.addresses)
+        specs = [
+            DeviceSpec(
+                make_worker_spec(session, job, rank, replicas),
+                graph.partitioned.partitions[session.device_names[rank]],
+                config.stall_timeout,
+                towers=replicas,
+            )
+            for rank in range(replicas)
+        ]
+        # Device 0 holds the variables (central storage) or a mirrored copy of them.
+        return DevicePlan.uniform(session, setup_device, specs, run_resident_steps, [0])

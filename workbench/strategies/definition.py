@@ -69,6 +69,16 @@ class StrategyDefinition(ABC):
         """Names of the devices the run uses, in rank order (the events use them)."""
         return [device_name(device_type, task=rank) for rank in range(config.devices)]
 
+    def planned_device_names(self, config: RunConfig) -> list[str]:
+        """The device names a plan shows before any worker has said what it has."""
+        return self.device_names(config, "gpu" if config.device_type == "gpu" else "cpu")
+
+    def graph_plan(self, config: RunConfig, model: Sequential, optimizer: Any) -> Any:
+        """The client graph the master places and partitions for this run, for ``dtrain
+        plan`` and ``plan_view`` (it has ``describe()`` and ``partitioned``), or None when
+        each device builds its own program (between-graph replicas, pipeline stages)."""
+        return None
+
     @abstractmethod
     def train(
         self, config: RunConfig, job: TrainingJob, log: EventLog, progress: Progress

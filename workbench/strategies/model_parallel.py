@@ -12,7 +12,7 @@ from workbench.config import ConfigError, RunConfig
 from workbench.models import Sequential
 from workbench.parallel.device_run import DevicePlan
 from workbench.parallel.model_parallel.device import DeviceSpec, setup_device
-from workbench.parallel.model_parallel.graph import build_model_parallel_graph
+from workbench.parallel.model_parallel.graph import ModelParallelPlan, build_model_parallel_graph
 from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
 from workbench.passes import PlacementError
@@ -44,6 +44,12 @@ class ModelParallel(ClusterStrategy):
                         ) from None
             return
         layers_fill(model, config.devices, "--devices")
+
+    def graph_plan(self, config: RunConfig, model: Sequential, optimizer) -> ModelParallelPlan:
+        devices = self.planned_device_names(config)
+        return build_model_parallel_graph(
+            model, optimizer, config.batch_size, config.dtype, devices
+        )
 
     def plan(
         self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress

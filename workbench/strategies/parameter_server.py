@@ -108,7 +108,9 @@ class ParameterServer(ClusterStrategy):
         stores = split_state(pieces, params, slots)
         # In-graph: this client builds the one graph of every tower. Between-graph: each worker
         # builds its own; the shards run their part of worker 0's (the same for every worker).
-        client_graph = self.client_graph(config, job, session.device_names, pieces)
+        client_graph = self.client_graph(
+            config, job.model, job.optimizer, session.device_names, pieces
+        )
         shard_specs = [
             ShardSpec(
                 run_id=session.run_id,
@@ -176,15 +178,19 @@ class ParameterServer(ClusterStrategy):
             )
         )
 
+    def graph_plan(self, config: RunConfig, model, optimizer) -> ParameterServerGraph:
+        names = self.planned_device_names(config)
+        return self.client_graph(config, model, optimizer, names, self.pieces(config, model))
+
     def client_graph(
-        self, config: RunConfig, job: TrainingJob, device_names, pieces
+        self, config: RunConfig, model, optimizer, device_names, pieces
     ) -> ParameterServerGraph:
         """The client graph the master places and partitions: every worker's tower
         (in-graph), or worker 0's alone (between-graph)."""
         towers = config.devices if config.replication == "in-graph" else 1
         return build_parameter_server_graph(
-            job.model,
-            job.optimizer,
+            model,
+            optimizer,
             config.batch_size // config.devices,
             config.dtype,
             list(device_names[:towers]),

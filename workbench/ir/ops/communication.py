@@ -16,6 +16,7 @@ from workbench.ir.graph import TensorType
 from workbench.ir.rules import NEVER_FOLD, NOT_DIFFERENTIABLE, define_op
 
 RENDEZVOUS = "__rendezvous__"
+COLLECTIVES = "__collectives__"
 
 
 def _send_impl(xp, value, *, state, key, source, target):
@@ -45,6 +46,29 @@ define_op(
     effectful=True,
     stateful=True,
     doc="Receive the tensor sent from device ``source`` under rendezvous ``key``.",
+)
+
+
+def all_reduce(x, *, key: str, group: tuple[str, ...]):
+    """The sum of ``x`` over the ``group`` devices: each device of the group has its own
+    ``all_reduce`` node under the same ``key`` (a collective instance, as TF's
+    ``CollectiveReduce`` ops), and the nodes meet through the devices' collectives."""
+    return x.builder.emit("all_reduce", [x], key=key, group=tuple(group))
+
+
+def _all_reduce_impl(xp, value, *, state, key, group):
+    return state[COLLECTIVES].all_reduce(key, value)
+
+
+define_op(
+    "all_reduce",
+    impl=_all_reduce_impl,
+    shape=lambda types, *, key, group: types[0],
+    vjp=NOT_DIFFERENTIABLE,
+    fold=NEVER_FOLD,
+    effectful=True,
+    stateful=True,
+    doc="Sum the input over the devices of ``group`` (one node per device, same ``key``).",
 )
 
 

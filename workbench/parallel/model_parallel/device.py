@@ -1,9 +1,14 @@
-"""A model-parallel device on a Dask worker: runs its partition of the training graph each step.
+"""A device on a Dask worker that runs its partition of a client graph each step: a
+model-parallel device, or a device of an in-graph replicated run (mirrored or central-storage
+towers, ``data_parallel/in_graph.py``).
 
 Its Send/Recv ops reach the peer devices through a per-step rendezvous over the peer transport
 (keys prefixed with the step, so steps never mix); the time a Recv waits is reported as ``recv``
 and the rest of the partition's run as ``compute``, so the events show how much of a
-model-parallel step each device spends waiting on the others.
+model-parallel step each device spends waiting on the others. Its ``all_reduce`` nodes meet
+the other devices' through :class:`StepCollectives` (the ring, over the same transport), logged
+as ``allreduce``. Placeholders say what they want by name (:func:`feed_parts`): a tower's
+``tower_<i>/inputs`` gets replica i's rows of the global batch, plain ``inputs`` all of it.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from workbench.data import GlobalBatchSampler, load_dataset
+from workbench.data import GlobalBatchSampler, load_dataset, shard_rows
 from workbench.ir import Executable, Graph
-from workbench.ir.ops.communication import RENDEZVOUS
+from workbench.ir.ops.communication import COLLECTIVES, RENDEZVOUS
 from workbench.optim import LearningRateSchedule, make_optimizer
+from workbench.parallel.collectives import allreduce
+from workbench.parallel.towers import feed_parts
 from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
@@ -30,12 +37,13 @@ class DeviceSpec:
     worker: WorkerSpec
     partition: Graph
     stall_timeout: float
+    towers: int = 1  # replicas the global batch is split over (in-graph replication)
 
 
 class StepRendezvous:
     """The ``RENDEZVOUS`` object send/recv ops call: device names -> ranks, keys per step."""
 
-    def __init__(self, transport: PeerTransport, devices: list[str], clock) -> None:
+    def __init__(self, transport: PeerTransport, devices: list[str], clock, state: dict) -> None:
         self.transport, self.rank_of, self.clock = (
             transport,
             {d: i for i, d in enumerate(devices)},
@@ -44,8 +52,13 @@ class StepRendezvous:
         self.step = 0
         self.waits: list[tuple[float, float, int]] = []
         self.sent = 0
+        # A variable sent as it is read may be updated in place later in the same step,
+        # before an RPC send has serialised it: such sends take a copy.
+        self.resident = {id(value) for value in state.values()}
 
     def send(self, target: str, key: str, value) -> None:
+        if id(value) in self.resident:
+            value = value.copy()
         self.transport.send_async(self.rank_of[target], f"s{self.step}/{key}", value)
         self.sent += int(value.nbytes)
 
@@ -54,6 +67,24 @@ class StepRendezvous:
         value = self.transport.recv(self.rank_of[source], f"s{self.step}/{key}")
         self.waits.append((start, self.clock(), int(value.nbytes)))
         return value
+
+
+class StepCollectives:
+    """The ``COLLECTIVES`` object ``all_reduce`` ops call: the ring over the peer transport,
+    keys per step; each call is logged (start, end, bytes sent, bytes received)."""
+
+    def __init__(self, transport: PeerTransport, clock) -> None:
+        self.transport, self.clock = transport, clock
+        self.step = 0
+        self.calls: list[tuple[float, float, int, int]] = []
+
+    def all_reduce(self, key: str, value):
+        start, transport = self.clock(), self.transport
+        sent, received = transport.bytes_sent, transport.bytes_received
+        total = allreduce(transport, value.copy(), f"s{self.step}/{key}", "ring", inplace=True)
+        traffic = (transport.bytes_sent - sent, transport.bytes_received - received)
+        self.calls.append((start, self.clock(), *traffic))
+        return total
 
 
 class ModelParallelDevice:
@@ -66,15 +97,18 @@ class ModelParallelDevice:
         self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
         self.schedule = LearningRateSchedule.from_config(config, optimizer, worker.total_steps)
         self.program = Executable(spec.partition)
-        self.names = tuple(n.attrs["var"] for n in spec.partition.nodes if n.op == "variable")
+        self.names = tuple(
+            dict.fromkeys(n.attrs["var"] for n in spec.partition.nodes if n.op == "variable")
+        )
+        self.towers = spec.towers
         self.device = worker.device
         self.straggler = worker.straggler()
         self.arrays = worker.device_arrays()
         self.xp = self.arrays.xp
         self.current_step = worker.total_steps
         self.state = initial_state(worker, optimizer, self.arrays, self.names)
-        self.needs = set(self.program.placeholders)
-        if self.needs & {INPUTS, LABELS}:
+        self.needs = {name: feed_parts(name) for name in self.program.placeholders}
+        if {feed for _, feed in self.needs.values()} & {INPUTS, LABELS}:
             # The training set goes to the device once; each step gathers its rows there.
             input_dtype = "int64" if model.takes_integer_input else config.dtype
             self.inputs = self.arrays.to_device(dataset.x_train.astype(input_dtype))
@@ -88,8 +122,12 @@ class ModelParallelDevice:
             spec.stall_timeout,
             self.arrays,
         )
-        self.rendezvous = StepRendezvous(self.transport, list(worker.device_names), self.clock)
+        self.rendezvous = StepRendezvous(
+            self.transport, list(worker.device_names), self.clock, self.state
+        )
+        self.collectives = StepCollectives(self.transport, self.clock)
         self.state[RENDEZVOUS] = self.rendezvous
+        self.state[COLLECTIVES] = self.collectives
 
     def clock(self) -> float:
         return time.time() - self.worker.clock_origin
@@ -97,18 +135,11 @@ class ModelParallelDevice:
     def run(self, first: int, count: int) -> dict[str, Any]:
         events, losses = [], []
         for step in range(first, first + count):
-            self.transport.step = self.rendezvous.step = self.current_step = step
-            rows = self.xp.asarray(self.sampler.batch_indices(step))
-            feeds: dict[str, Any] = {}
-            if INPUTS in self.needs:
-                feeds[INPUTS] = self.inputs[rows]
-            if LABELS in self.needs:
-                feeds[LABELS] = self.labels[rows]
-            if LEARNING_RATE in self.needs:
-                feeds[LEARNING_RATE] = self.arrays.scalar(self.dtype(self.schedule(step)))
-            if DROPOUT_SEED in self.needs:
-                feeds[DROPOUT_SEED] = dropout_seed(self.config.seed, step)
+            self.transport.step = self.rendezvous.step = self.collectives.step = step
+            self.current_step = step
+            feeds = self._feeds(step)
             self.rendezvous.waits, self.rendezvous.sent = [], 0
+            self.collectives.calls = []
             start = self.clock()
             with self.straggler.computing():
                 out = self.program.run(feeds, self.state, self.xp)
@@ -116,15 +147,40 @@ class ModelParallelDevice:
             end = self.clock()
             cursor = start
             path = self.transport.paths_taken()
-            for wait_start, wait_end, nbytes in self.rendezvous.waits:
+            waits = [(a, b, "recv", 0, n) for a, b, n in self.rendezvous.waits]
+            waits += [(a, b, "allreduce", out, into) for a, b, out, into in self.collectives.calls]
+            for wait_start, wait_end, phase, sent, received in sorted(waits):
                 events.append((self.device, "compute", step, cursor, wait_start, 0, 0))
-                events.append((self.device, "recv", step, wait_start, wait_end, 0, nbytes, path))
+                events.append(
+                    (self.device, phase, step, wait_start, wait_end, sent, received, path)
+                )
                 cursor = wait_end
             events.append((self.device, "compute", step, cursor, end, 0, 0))
             if self.rendezvous.sent:
                 events.append((self.device, "send", step, end, end, self.rendezvous.sent, 0, path))
-            losses.append((step, float(out["loss"]) if "loss" in out else None))
+            loss = next((value for key, value in out.items() if key.endswith("loss")), None)
+            losses.append((step, None if loss is None else float(loss)))
         return {"events": events, "losses": losses}
+
+    def _feeds(self, step: int) -> dict[str, Any]:
+        """What each placeholder wants this step (by its name, :func:`feed_parts`)."""
+        feeds: dict[str, Any] = {}
+        batch = None
+        for name, (tower, feed) in self.needs.items():
+            if feed in (INPUTS, LABELS):
+                if batch is None:
+                    batch = self.xp.asarray(self.sampler.batch_indices(step))
+                rows = batch
+                if tower is not None:  # this tower's rows of the global batch
+                    rows = batch[shard_rows(self.config.batch_size, tower, self.towers)]
+                feeds[name] = (self.inputs if feed == INPUTS else self.labels)[rows]
+            elif feed == LEARNING_RATE:
+                feeds[name] = self.arrays.scalar(self.dtype(self.schedule(step)))
+            elif feed == DROPOUT_SEED:
+                feeds[name] = dropout_seed(self.config.seed, step)
+            else:
+                raise KeyError(f"{self.device}: nothing feeds placeholder {name!r}")
+        return feeds
 
     def snapshot(self) -> dict[str, dict[str, np.ndarray]]:
         return host_snapshot(self.arrays, self.state, self.names)

@@ -26,10 +26,11 @@ from workbench.training.graphs import DROPOUT_SEED, INPUTS, LABELS, LEARNING_RAT
 class ModelParallelPlan:
     placed: Graph
     partitioned: Partitioned
-    layer_devices: tuple[str, ...]
+    layer_devices: tuple[tuple[str, str], ...]  # (layer, or tower, device)
+    heading: str = "placement of layers:"
 
     def describe(self) -> str:
-        lines = ["placement of layers:"]
+        lines = [self.heading]
         lines += [f"  {layer:<18} {device}" for layer, device in self.layer_devices]
         lines.append("partitions and Send/Recv pairs:")
         lines.append(self.partitioned.describe())

@@ -140,7 +140,7 @@ def build_parameter_server_graph(
             )
     outputs = {_loss_name(i if in_graph else None): tower.loss for i, tower in enumerate(towers)}
     graph, _ = run_passes(builder.build(outputs))
-    devices = [*workers, *shards]
+    devices = list(dict.fromkeys([*workers, *shards]))  # central storage: a worker is the shard
     placed = place(graph, devices)
     partitioned = partition(placed, devices)
     return ParameterServerGraph(

@@ -1,0 +1,101 @@
+"""In-graph replication for data parallelism: ONE client graph holding every replica's tower,
+placed and partitioned by the master (between-graph, the default, has each worker build its
+own replica graph instead: ``replica.py``).
+
+- **Mirrored.** Tower i reads its own mirrored copy of every variable on device i. The
+  gradients are packed into the fusion buckets (``--bucket-mb``), and each bucket gets one
+  ``all_reduce`` node per device (a collective instance keyed by the bucket, as TF's
+  ``CollectiveReduce`` ops); each device unpacks the sum, scales it by 1/N and applies the
+  same update to its copy. No edge is cut: the all-reduce is the only traffic.
+- **Central storage.** The variables live on device 0 only. It is the parameter-server
+  graph with device 0 as the one shard: the towers on the other devices receive the
+  variables, send back their gradients, and device 0 adds them up (an add-n), scales by 1/N
+  and updates. Every cut edge is a Send/Recv pair.
+
+Every device runs its partition each step (``model_parallel/device.py``, which feeds each
+tower its rows of the global batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from workbench.ir import GraphBuilder, ops
+from workbench.ir.ops.communication import all_reduce
+from workbench.models import Sequential
+from workbench.optim import Optimizer
+from workbench.parallel.collectives import plan_buckets
+from workbench.parallel.model_parallel.graph import ModelParallelPlan
+from workbench.parallel.parameter_server.client_graph import build_parameter_server_graph
+from workbench.parallel.parameter_server.partitioner import place_variables
+from workbench.parallel.towers import build_tower, tower_scope
+from workbench.passes import partition, place, run_passes
+from workbench.training.graphs import LEARNING_RATE
+
+TOWERS = "in-graph replication, one tower per device:"
+
+
+def build_in_graph_replication(
+    model: Sequential,
+    optimizer: Optimizer,
+    batch_size: int,
+    dtype: str,
+    devices: Sequence[str],
+    central_storage: bool = False,
+    bucket_bytes: int = 25 * 2**20,
+) -> ModelParallelPlan:
+    """The placed and partitioned in-graph client graph for ``devices`` towers of
+    ``batch_size // len(devices)`` rows each."""
+    per_tower = batch_size // len(devices)
+    if central_storage:
+        graph = build_parameter_server_graph(
+            model,
+            optimizer,
+            per_tower,
+            dtype,
+            devices,
+            devices[:1],
+            place_variables(model.parameter_shapes(), 1),
+            in_graph=True,
+        )
+        return ModelParallelPlan(graph.placed, graph.partitioned, _towers(devices), TOWERS)
+    builder = GraphBuilder()
+    shapes = model.parameter_shapes()
+    buckets = plan_buckets(shapes, np.dtype(dtype).itemsize, bucket_bytes)
+    scale = np.asarray(1.0 / len(devices), dtype=dtype)
+    losses = {}
+    for index, device in enumerate(devices):
+        scope = tower_scope(index)
+        with builder.device(device), builder.scope(scope):
+            reads = {name: builder.variable(name, shape, dtype) for name, shape in shapes.items()}
+        tower = build_tower(
+            builder, model, device, index, lambda reads=reads: reads, reads, per_tower, dtype
+        )
+        losses[f"{scope}/loss"] = tower.loss
+        with builder.device(device), builder.scope(scope):
+            learning_rate = builder.placeholder(LEARNING_RATE, (), dtype)
+            with builder.scope("allreduce"):
+                averaged = {}
+                for number, bucket in enumerate(buckets):
+                    flat = ops.concat(
+                        [ops.reshape(tower.gradients[name], (-1,)) for name in bucket.names]
+                    )
+                    total = all_reduce(flat, key=f"bucket_{number}", group=tuple(devices))
+                    for name, shape, offset in zip(bucket.names, bucket.shapes, bucket.offsets):
+                        size = int(np.prod(shape))
+                        piece = ops.slice_(total, (offset,), (offset + size,))
+                        averaged[name] = ops.reshape(piece, shape) * builder.constant(scale)
+            with builder.scope("update"):
+                for name in shapes:
+                    optimizer.emit_update(
+                        reads[name], averaged[name], learning_rate, name, after=()
+                    )
+    graph, _ = run_passes(builder.build(losses))
+    placed = place(graph, list(devices))
+    return ModelParallelPlan(placed, partition(placed, list(devices)), _towers(devices), TOWERS)
+
+
+def _towers(devices: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    return tuple((tower_scope(index), device) for index, device in enumerate(devices))
