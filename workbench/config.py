@@ -144,6 +144,7 @@ class RunConfig:
     max_restarts: int = 3
     replacement_timeout: float = 30.0
     simulate_straggler: tuple[tuple[str, float], ...] = ()
+    simulate_overflow: tuple[int, ...] = ()
     json: bool = False
     # The strategy's options by name; after validation, every option the strategy declares.
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -193,6 +194,7 @@ class RunConfig:
         data = {name: getattr(self, name) for name in _FIELD_NAMES}
         data["hidden"] = list(self.hidden)
         data["simulate_straggler"] = [list(entry) for entry in self.simulate_straggler]
+        data["simulate_overflow"] = list(self.simulate_overflow)
         if flat:
             data.update(self.options)
         return data
@@ -201,7 +203,15 @@ class RunConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
         """The inverse of :meth:`to_dict`."""
         stragglers = tuple(tuple(entry) for entry in data.get("simulate_straggler", ()))
-        return cls(**{**data, "hidden": tuple(data["hidden"]), "simulate_straggler": stragglers})
+        overflows = tuple(data.get("simulate_overflow", ()))
+        return cls(
+            **{
+                **data,
+                "hidden": tuple(data["hidden"]),
+                "simulate_straggler": stragglers,
+                "simulate_overflow": overflows,
+            }
+        )
 
 
 _FIELD_NAMES = tuple(
@@ -239,6 +249,24 @@ def parse_straggler(text: str) -> tuple[str, float]:
     if not equals or not device or value is None:
         raise ValueError(f"expected DEVICE=FACTOR like task:1=3, got {text!r}")
     return device.strip(), value
+
+
+def parse_overflow_step(text: str) -> int:
+    """``"3"`` -> ``3``: a global step at which ``--simulate-overflow`` makes replica 0's
+    gradient infinite.
+
+    Examples
+    --------
+    >>> parse_overflow_step("3")
+    3
+    """
+    try:
+        step = int(text)
+    except ValueError:
+        step = -1
+    if step < 0:
+        raise ValueError(f"expected a step number >= 0 like 3, got {text!r}")
+    return step
 
 
 def _run_option(name: str, kind: type, help: str, **rules: Any) -> Option:
@@ -319,6 +347,14 @@ RUN_OPTIONS: tuple[Option, ...] = (
         parse=parse_straggler,
         repeatable=True,
     ),
+    _run_option(
+        "simulate_overflow",
+        tuple,
+        "make replica 0's gradient infinite at STEP, to watch the loss scaler skip it "
+        "(--compression fp16 or bf16; repeatable)",
+        parse=parse_overflow_step,
+        repeatable=True,
+    ),
 )
 
 
@@ -345,6 +381,7 @@ def check_run_options(config: RunConfig) -> None:
             f"{config.cluster} already uses its own (its address says which)",
         )
     straggler_pairs(config.simulate_straggler)
+    overflow_steps(config.simulate_overflow)
     if config.epochs is not None and config.steps is not None:
         raise ConfigError("--epochs", "give either --epochs or --steps, not both")
     if config.lr is not None and (
@@ -380,6 +417,26 @@ def straggler_pairs(stragglers: Any) -> tuple[tuple[str, float], ...]:
             )
         pairs.append((str(device), float(factor)))
     return tuple(pairs)
+
+
+def overflow_steps(steps: Any) -> tuple[int, ...]:
+    """``--simulate-overflow`` as step numbers >= 0 (text accepted, as the Python API may pass
+    it); whether the run's compression scales its loss is the strategies' to say."""
+    if not isinstance(steps, tuple | list):
+        raise ConfigError("--simulate-overflow", f"expected step numbers, got {steps!r}")
+    checked = []
+    for step in steps:
+        if isinstance(step, str):
+            try:
+                step = parse_overflow_step(step)
+            except ValueError as error:
+                raise ConfigError("--simulate-overflow", str(error)) from None
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ConfigError(
+                "--simulate-overflow", f"expected a step number >= 0 like 3, got {step!r}"
+            )
+        checked.append(step)
+    return tuple(checked)
 
 
 def check_checkpoint_paths(config: RunConfig) -> None:

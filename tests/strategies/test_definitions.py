@@ -70,9 +70,9 @@ def test_a_definition_that_lacks_a_part_is_refused_where_it_is_written():
 
 def test_an_option_is_refused_by_the_strategies_that_do_not_declare_it():
     with pytest.raises(ConfigError) as raised:
-        validate_config(RunConfig(strategy="pipeline", devices=2, compression="float16"))
+        validate_config(RunConfig(strategy="pipeline", devices=2, compression="fp16"))
     assert raised.value.field == "--compression"
-    assert "mirrored, multi-worker-mirrored" in str(raised.value)
+    assert "mirrored, central-storage, multi-worker-mirrored" in str(raised.value)
     filled = validate_config(RunConfig(strategy="parameter-server", devices=2))
     assert filled.options == {
         "ps": 1,

@@ -3,8 +3,9 @@
 Each round dispatches one task per participating device covering K steps (devices read any
 step's batch from the sampler, so a task may cross an epoch boundary), waits for all of them
 (failing with the device and step if one dies or stalls), and turns their reports into events:
-phase intervals, the global loss, the learning rate and, where devices report it, staleness; on
-GPUs also each device's NVML utilization and memory.
+phase intervals, the global loss, the learning rate and, where devices report them, staleness
+and other named scalars (``"scalars"``: name, step, value, device or None); on GPUs also each
+device's NVML utilization and memory.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def drive_steps(
                 log.phase(*event)
             for current, staleness in result.get("staleness", ()):
                 log.scalar("staleness", current, staleness, job.clock())
+            # Other per-step figures a device reports, e.g. a replica's loss scale.
+            for name, current, value, device in result.get("scalars", ()):
+                log.scalar(name, current, value, job.clock(), device=device)
         for device, (utilization, memory) in gpu_metrics(session).items():
             log.scalar("gpu_utilization", step, utilization, job.clock(), device=device)
             log.scalar("gpu_memory_used", step, memory, job.clock(), device=device)

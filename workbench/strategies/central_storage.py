@@ -4,16 +4,25 @@ One device (rank 0, standing in for the host CPU) keeps the only authoritative c
 variables. Every device computes gradients on its slice of the batch; the gradients are reduced
 onto the storage device, which applies the update and sends the new variable values back. The
 traffic pattern is the parameter-server one (everything through one device), without sharding.
+With ``--compression`` each replica encodes its gradients for that push (fp16/bf16 with loss
+scaling, top-k or PowerSGD with error feedback); the storage device decodes them and sums them
+in rank order.
 """
 
 from __future__ import annotations
 
+from workbench.config import RunConfig
+from workbench.parallel.collectives.compression import compression_summary
 from workbench.strategies.data_parallel import DataParallel
-from workbench.strategies.options import BUCKET_MB, REPLICATION
+from workbench.strategies.options import BUCKET_MB, COMPRESSION, REPLICATION
 
 
 class CentralStorage(DataParallel):
     name = "central-storage"
     description = "variables on one device, compute replicated, one central update"
-    options = (BUCKET_MB, REPLICATION)
+    options = (BUCKET_MB, COMPRESSION, REPLICATION)
     central_storage = True
+
+    def summary_fields(self, config: RunConfig, log, devices: list[str]) -> dict:
+        # The gradients travel in the push to the storage device; the pull carries variables.
+        return {"compression": compression_summary(config.compression, log, devices, "ps-push")}

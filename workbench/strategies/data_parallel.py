@@ -39,7 +39,8 @@ class DataParallel(ClusterStrategy):
         return 2
 
     def compression(self, config: RunConfig) -> str:
-        return "none"
+        """The ``--compression`` value (validated, canonical) for the strategies that take it."""
+        return config.options.get("compression", "none")
 
     def groups(self, config: RunConfig, addresses: list[str]) -> tuple[tuple[int, ...], ...]:
         """Ranks grouped by host; on a single host, ``group_count`` even groups."""

@@ -10,6 +10,7 @@ broadcasts).
 from __future__ import annotations
 
 from workbench.config import ConfigError, RunConfig
+from workbench.parallel.collectives.compression import compression_summary, parse_compression
 from workbench.strategies.data_parallel import DataParallel
 from workbench.strategies.options import (
     ALLREDUCE,
@@ -28,22 +29,33 @@ class Mirrored(DataParallel):
     def algorithm(self, config: RunConfig, device_type: str) -> str:
         if config.allreduce != "auto":
             return config.allreduce
-        # NCCL sums in the type it moves, so float16 on the wire keeps the workbench's ring.
+        # NCCL reduces dense buffers in the type it moves, so compression keeps the ring.
         gpu = device_type == "gpu" and config.compression == "none"
         return "nccl" if gpu else "ring"
 
     def check_config(self, config: RunConfig) -> None:
         super().check_config(config)
         if config.allreduce == "nccl" and config.compression != "none":
-            raise ConfigError(
-                "--compression",
-                f"{config.compression} needs an all-reduce that sums in full precision "
-                "(ring, hierarchical-copy, reduce-to-one); NCCL sums in the type it moves",
-            )
-
-    def compression(self, config: RunConfig) -> str:
-        return config.compression
+            raise ConfigError("--compression", nccl_refusal(config.compression))
 
     def summary_fields(self, config: RunConfig, log, devices: list[str]) -> dict:
         on_gpu = any("device:GPU" in device for device in devices)
-        return {"allreduce": self.algorithm(config, "gpu" if on_gpu else "cpu")}
+        return {
+            "allreduce": self.algorithm(config, "gpu" if on_gpu else "cpu"),
+            "compression": compression_summary(config.compression, log, devices),
+        }
+
+
+def nccl_refusal(compression: str) -> str:
+    """Why ``--allreduce nccl`` cannot carry ``compression`` (a canonical value)."""
+    others = "ring, hierarchical-copy or reduce-to-one"
+    method = parse_compression(compression).method
+    if method == "topk":
+        reason = "exchanges (index, value) pairs, an all-gather NCCL's all-reduce does not do"
+    elif method == "powersgd":
+        reason = (
+            "reduces its P and Q factors between steps of its own, with the workbench's collectives"
+        )
+    else:  # fp16, bf16
+        reason = "needs an all-reduce that sums in full precision; NCCL sums in the type it moves"
+    return f"{compression} {reason}; choose --allreduce {others}"

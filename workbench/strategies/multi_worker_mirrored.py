@@ -9,6 +9,7 @@ Hosts are groups of workers: the real hosts of the cluster when it spans several
 from __future__ import annotations
 
 from workbench.config import ConfigError, RunConfig
+from workbench.parallel.collectives.compression import compression_summary
 from workbench.strategies.data_parallel import DataParallel
 from workbench.strategies.definition import replicas_divide_the_batch
 from workbench.strategies.options import BUCKET_MB, COMPRESSION, ELASTIC, HOSTS
@@ -33,5 +34,5 @@ class MultiWorkerMirrored(DataParallel):
     def group_count(self, config: RunConfig) -> int:
         return config.hosts
 
-    def compression(self, config: RunConfig) -> str:
-        return config.compression
+    def summary_fields(self, config: RunConfig, log, devices: list[str]) -> dict:
+        return {"compression": compression_summary(config.compression, log, devices)}

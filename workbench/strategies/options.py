@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from workbench.config import Option
 from workbench.parallel.collectives import ALLREDUCE_ALGORITHMS
-from workbench.parallel.collectives.compression import COMPRESSION_NAMES
+from workbench.parallel.collectives.compression import COMPRESSION_FORMS, canonical_compression
 from workbench.parallel.parameter_server import PARAMETER_SERVER_MODES, REPLICATION_NAMES
 from workbench.parallel.pipeline import SCHEDULE_NAMES
 
@@ -30,12 +30,15 @@ BUCKET_MB = Option(
     minimum=0.001,
     label="bucket MiB",
 )
+# A value with a format (``topk:0.01``), so no ``choices``: the converter canonicalises it and
+# ``validate_config`` refuses a malformed one (``float16`` is kept as fp16's old name).
 COMPRESSION = Option(
     "compression",
     str,
     "none",
-    "gradients on the wire (float16: half the bytes, full-precision sums)",
-    choices=COMPRESSION_NAMES,
+    "gradient compression: fp16/bf16 on the wire with dynamic loss scaling, top-k with error "
+    f"feedback, PowerSGD rank r ({COMPRESSION_FORMS})",
+    parse=canonical_compression,
 )
 HOSTS = Option("hosts", int, 2, "simulated hosts (groups of workers on one machine)", minimum=1)
 PS = Option("ps", int, 1, "parameter-server shards", minimum=1, label="PS shards")

@@ -12,8 +12,10 @@ from workbench.config import (
     check_checkpoint_paths,
     check_run_options,
     flag_of,
+    overflow_steps,
     straggler_pairs,
 )
+from workbench.parallel.collectives.compression import CompressionError, parse_compression
 from workbench.runtime.devices import names_device, short_device_name
 from workbench.strategies.registry import STRATEGIES
 
@@ -59,12 +61,36 @@ def validate_config(config: RunConfig) -> RunConfig:
     options = {name: config.options.get(name, o.default) for name, o in declared.items()}
     for name, value in options.items():
         declared[name].check(value)
-    config = config.replace(options=options)
+    config = _checked_compression(config.replace(options=options))
     # After the single-option checks: device rules divide by stages and micro-batches.
     definition.check_config(config)
     config = config.replace(simulate_straggler=_stragglers_of(definition, config))
     check_checkpoint_paths(config)
     return config
+
+
+def _checked_compression(config: RunConfig) -> RunConfig:
+    """``--compression`` in its canonical form (a malformed or out-of-range value refused,
+    naming the forms), and ``--simulate-overflow`` only where a loss scaler can skip it."""
+    compression = "none"
+    if "compression" in config.options:
+        try:
+            spec = parse_compression(config.options["compression"])
+        except CompressionError as error:
+            raise ConfigError("--compression", str(error)) from None
+        compression = spec.text
+        config = config.replace(compression=compression)
+    steps = overflow_steps(config.simulate_overflow)
+    if steps and compression not in ("fp16", "bf16"):
+        taking = (
+            "" if "compression" in config.options else f" (strategy {config.strategy} has none)"
+        )
+        raise ConfigError(
+            "--simulate-overflow",
+            "needs --compression fp16 or bf16, whose dynamic loss scaler skips the step; "
+            f"this run's compression is {compression}{taking}",
+        )
+    return config.replace(simulate_overflow=steps)
 
 
 def _stragglers_of(definition, config: RunConfig) -> tuple[tuple[str, float], ...]:

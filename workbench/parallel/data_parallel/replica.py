@@ -4,6 +4,12 @@ Each step task runs K steps: gradients on this replica's rows of the global batc
 all-reduce with the peers (or, for central storage, a reduce to the storage device, which
 updates and broadcasts the variables), then the identical optimizer update on every replica.
 Nothing but small step requests and summaries travel through the client.
+
+With ``--compression`` the buckets go through a codec
+(:mod:`workbench.parallel.collectives.compression`); with fp16/bf16 a step whose sum overflowed
+is skipped on every replica. Besides events and losses, a task reports scalars: its gradients'
+uncompressed bytes (``gradient_bytes``) and, from replica 0, ``loss_scale`` and
+``skipped_steps``.
 """
 
 from __future__ import annotations
@@ -16,7 +22,15 @@ import numpy as np
 
 from workbench.ir import Executable
 from workbench.parallel.collectives import allreduce, broadcast, plan_buckets, reduce
-from workbench.parallel.collectives.compression import compressed_allreduce
+from workbench.parallel.collectives.compression import (
+    PushEncoder,
+    bucket_codec,
+    decode,
+    dense_allreduce_bytes,
+    parse_compression,
+    receive_payload,
+    send_payload,
+)
 from workbench.parallel.collectives.nccl import NcclAllReduce
 from workbench.parallel.data_parallel.gradient_worker import GradientWorker
 from workbench.parallel.worker_spec import WorkerSpec
@@ -33,7 +47,7 @@ class ReplicaSpec:
     groups: tuple[tuple[int, ...], ...]
     bucket_bytes: int
     central_storage: bool = False  # variables kept and updated on rank 0 only
-    compression: str = "none"  # "float16": gradients travel as float16
+    compression: str = "none"  # a --compression value: none, fp16, bf16, topk:R, powersgd:R
 
 
 class Replica(GradientWorker):
@@ -59,9 +73,28 @@ class Replica(GradientWorker):
         self.bucket_of = {name: i for i, b in enumerate(self.buckets) for name in b.names}
         # One thread: buckets are reduced one after another, in the order they completed.
         self.communication = ThreadPoolExecutor(1, thread_name_prefix="allreduce")
+        self.compression = parse_compression(spec.compression)
+        self.codec = bucket_codec(
+            self.compression,
+            self.transport,
+            self._dense_allreduce,
+            self.buckets,
+            float(self.scale),
+            self.config.seed,
+        )
+        self.scaler = self.codec.scaler  # fp16/bf16 only: the dynamic loss scaler
+        # Central storage pushes each gradient to rank 0 through a push codec (one receiver).
+        self.push_encoder = (
+            PushEncoder(self.compression, self.config.seed)
+            if spec.central_storage and self.compression.compresses
+            else None
+        )
+        self.overflow_steps = (
+            frozenset(self.config.simulate_overflow) if self.spec.rank == 0 else ()
+        )
 
     def run(self, first: int, count: int) -> dict[str, Any]:
-        events, losses = [], []
+        events, losses, scalars, gradient_bytes = [], [], [], 0
         for step in range(first, first + count):
             self.transport.step = step
             start = self.clock()
@@ -71,16 +104,20 @@ class Replica(GradientWorker):
             gradients, loss = self.compute(step, on_fetch=overlap)
             computed = self.clock()
             if self.replica_spec.central_storage:
-                events += self._central_update(step, gradients, start, computed)
+                step_events, applied = self._central_update(step, gradients, start, computed)
+                events += step_events
+                gradient_bytes += self._dense_push_bytes(step_events[1][5])
             else:
-                averaged = self._finish_reductions(step, reductions)
+                averaged, applied = self._finish_reductions(step, reductions)
                 reduced = self.clock()
-                self._apply(step, averaged)
+                if applied:
+                    self._apply(step, averaged)
                 updated = self.clock()
                 traffic = (
                     self.transport.bytes_sent - sent,
                     self.transport.bytes_received - received,
                 )
+                gradient_bytes += self._dense_allreduce_bytes(traffic[0])
                 first_bucket = reductions[0][2] if reductions else computed
                 events += [
                     (self.device, "compute", step, start, computed, 0, 0),
@@ -89,7 +126,37 @@ class Replica(GradientWorker):
                     (self.device, "update", step, reduced, updated, 0, 0),
                 ]
             losses.append((step, loss))
-        return {"events": events, "losses": losses}
+            scalars += self._scaler_reports(step, applied)
+        scalars.append(("gradient_bytes", first + count - 1, gradient_bytes, self.device))
+        return {"events": events, "losses": losses, "scalars": scalars}
+
+    def _scaler_reports(self, step: int, applied: bool) -> list[tuple]:
+        """Replica 0 reports the loss scaler (every replica's is the same)."""
+        if self.scaler is None or self.spec.rank != 0:
+            return []
+        reports = [("loss_scale", step, self.scaler.scale, None)]
+        if not applied:
+            reports.append(("skipped_steps", step, self.scaler.skipped_steps, None))
+        return reports
+
+    def _dense_allreduce_bytes(self, sent: int) -> int:
+        """What this step's buckets would have sent uncompressed (``sent`` if they were)."""
+        if not self.compression.compresses:
+            return sent
+        spec, itemsize = self.replica_spec, np.dtype(self.config.dtype).itemsize
+        return sum(
+            dense_allreduce_bytes(
+                spec.algorithm, spec.groups, b.size, itemsize, self.spec.rank, self.spec.replicas
+            )
+            for b in self.buckets
+        )
+
+    def _dense_push_bytes(self, sent: int) -> int:
+        """What this step's push to the storage device would have been uncompressed."""
+        if not self.compression.compresses:
+            return sent
+        itemsize = np.dtype(self.config.dtype).itemsize
+        return 0 if self.spec.rank == 0 else sum(b.size for b in self.buckets) * itemsize
 
     def _overlap(self, step: int, reductions: list):
         """A callback for the backward pass: when the last gradient of a bucket appears, the
@@ -107,63 +174,87 @@ class Replica(GradientWorker):
             bucket = self.buckets[index]
             if len(filled[index]) == len(bucket.names):
                 flat = bucket.pack(filled.pop(index), self.xp)
-                future = self.communication.submit(self._reduce, flat, f"s{step}/b{index}")
+                self._simulate_overflow(step, flat)
+                future = self.communication.submit(self._reduce, flat, f"s{step}/b{index}", index)
                 reductions.append((index, future, self.clock()))
 
         return gradient_ready
 
-    def _finish_reductions(self, step: int, reductions: list) -> dict:
-        averaged = {}
+    def _simulate_overflow(self, step: int, gradient) -> None:
+        """``--simulate-overflow STEP``: replica 0's gradient is infinite at STEP, before it
+        is compressed, so the loss scaler's skip can be watched."""
+        if step in self.overflow_steps:
+            gradient[...] = float("inf")
+
+    def _finish_reductions(self, step: int, reductions: list) -> tuple[dict, bool]:
+        """The averaged gradients, and whether the step's update applies (False: the loss
+        scaler saw inf or NaN in the sum, which every replica sees alike)."""
+        averaged, totals = {}, []
         for index, future, _ in reductions:
             total = future.result()
             total *= self.scale  # the sum of per-replica means -> the global-batch mean
+            totals.append(total)
             averaged.update(self.buckets[index].unpack(total))
         if len(averaged) != len(self.names):
             raise RuntimeError(
                 f"step {step}: only {len(averaged)} of {len(self.names)} gradients were reduced"
             )
-        return averaged
+        return averaged, self._scaler_accepts(totals)
+
+    def _scaler_accepts(self, totals: list) -> bool:
+        if self.scaler is None:
+            return True
+        finite = all(bool(self.xp.isfinite(total).all()) for total in totals)
+        return self.scaler.update(finite)
 
     @property
     def path(self) -> str:
         """How this replica's gradients travel (the all-reduce events say it)."""
         return self.nccl.path if self.nccl is not None else self.transport.paths_taken()
 
-    def _reduce(self, flat, key: str):
-        spec = self.replica_spec
+    def _reduce(self, flat, key: str, index: int):
         if self.nccl is not None:
             return self.nccl(flat)
+        return self.codec.reduce(flat, key, index)
 
-        def reduce(transport, array, name):
-            # The packed bucket is this step's own buffer: reduce into it, no copy.
-            return allreduce(transport, array, name, spec.algorithm, spec.groups, inplace=True)
-
-        if spec.compression == "float16":
-            return compressed_allreduce(reduce, self.transport, flat, key)
-        return reduce(self.transport, flat, key)
+    def _dense_allreduce(self, transport, array, name: str):
+        spec = self.replica_spec
+        # The packed bucket is this step's own buffer: reduce into it, no copy.
+        return allreduce(transport, array, name, spec.algorithm, spec.groups, inplace=True)
 
     def _apply(self, step: int, averaged: dict) -> None:
         feeds = {gradient_name(name): averaged[name] for name in self.names}
         feeds[LEARNING_RATE] = self.learning_rate(step)
         self.update.run(feeds, self.state, self.xp)
 
-    def _central_update(self, step: int, gradients: dict, start: float, computed: float) -> list:
+    def _central_update(
+        self, step: int, gradients: dict, start: float, computed: float
+    ) -> tuple[list, bool]:
         """CentralStorage: gradients go to the storage device (rank 0), which updates the only
-        real copy of the variables and sends the new values back to every replica."""
+        real copy of the variables and sends the new values back to every replica. Returns the
+        step's events and whether its update applied."""
         transport, central = self.transport, self.spec.rank == 0
         sent, received = transport.bytes_sent, transport.bytes_received
-        averaged = {}
-        for index, bucket in enumerate(self.buckets):
-            total = reduce(transport, bucket.pack(gradients, self.xp), f"s{step}/g{index}")
-            if central:
-                total *= self.scale
-                averaged.update(bucket.unpack(total))
+        if self.push_encoder is None:
+            averaged = {}
+            for index, bucket in enumerate(self.buckets):
+                total = reduce(transport, bucket.pack(gradients, self.xp), f"s{step}/g{index}")
+                if central:
+                    total *= self.scale
+                    averaged.update(bucket.unpack(total))
+        else:
+            averaged = self._compressed_push(step, gradients)
         pushed = self.clock()
         pushed_bytes = (transport.bytes_sent - sent, transport.bytes_received - received)
+        applied = True
         if central:
-            self._apply(step, averaged)
+            applied = self._scaler_accepts(list(averaged.values()))
+            if applied:
+                self._apply(step, averaged)
         updated = self.clock()
         sent, received = transport.bytes_sent, transport.bytes_received
+        if self.scaler is not None:
+            applied = self._share_scaler_outcome(step, applied)
         for index, bucket in enumerate(self.buckets):
             values = (
                 bucket.pack(self.state, self.xp)
@@ -189,7 +280,37 @@ class Replica(GradientWorker):
                 transport.bytes_received - received,
                 self.path,
             ),
-        ]
+        ], applied
+
+    def _compressed_push(self, step: int, gradients: dict) -> dict:
+        """Every replica encodes each gradient (error feedback and all) and pushes it to rank
+        0, which decodes them and sums in rank order; rank 0's own goes through the codec too,
+        so every replica's gradient is treated alike. Returns the averages on rank 0."""
+        scale = self.scaler.scale if self.scaler is not None else 1.0
+        averaged = {}
+        for name in self.names:
+            gradient = gradients[name]
+            self._simulate_overflow(step, gradient)
+            payload = self.push_encoder.encode(name, gradient, scale=scale)
+            key = f"s{step}/g/{name}"
+            if self.spec.rank != 0:
+                send_payload(self.transport, 0, key, payload)
+                continue
+            total = self.xp.array(decode(payload), dtype=self.dtype)  # a copy: summed into
+            for peer in range(1, self.spec.replicas):
+                total += decode(receive_payload(self.transport, peer, key, payload))
+            total *= self.scale
+            averaged[name] = total
+        return averaged
+
+    def _share_scaler_outcome(self, step: int, applied: bool) -> bool:
+        """Rank 0 alone saw the sum; it tells the replicas whether the step applied (one byte
+        each), so that every replica's loss scaler moves alike."""
+        flag = self.xp.asarray([1 if applied else 0], dtype=np.uint8)
+        shared = broadcast(self.transport, flag, f"s{step}/applied")
+        if self.spec.rank == 0:
+            return applied
+        return self.scaler.update(bool(shared[0]))
 
 
 # --- task functions (run on the workers) --------------------------------------------------
