@@ -20,6 +20,7 @@ from workbench.config import ConfigError, RunConfig
 from workbench.data import shard_rows
 from workbench.events import EventLog
 from workbench.optim import init_slots
+from workbench.parallel.collectives.compression import compression_summary
 from workbench.parallel.device_run import DevicePlan, SetupGroup, merged_state
 from workbench.parallel.parameter_server.client_graph import (
     ParameterServerGraph,
@@ -45,6 +46,7 @@ from workbench.strategies.cluster_strategy import ClusterStrategy
 from workbench.strategies.definition import replicas_divide_the_batch
 from workbench.strategies.options import (
     BACKUP_WORKERS,
+    COMPRESSION,
     MODE,
     PS,
     PS_PARTITION_MIN_BYTES,
@@ -57,7 +59,15 @@ from workbench.training.job import Progress, TrainingJob
 class ParameterServer(ClusterStrategy):
     name = "parameter-server"
     description = "variables sharded over PS tasks; workers pull, compute, push (sync or async)"
-    options = (PS, MODE, STALENESS, REPLICATION, BACKUP_WORKERS, PS_PARTITION_MIN_BYTES)
+    options = (
+        PS,
+        MODE,
+        STALENESS,
+        REPLICATION,
+        BACKUP_WORKERS,
+        PS_PARTITION_MIN_BYTES,
+        COMPRESSION,
+    )
 
     def check_config(self, config: RunConfig) -> None:
         replicas_divide_the_batch(config)
@@ -235,6 +245,9 @@ class ParameterServer(ClusterStrategy):
             ],
             "dropped_gradients": sum(e.phase == "dropped" for e in pushes),
         }
+        if config.compression != "none":  # what the workers' pushes saved
+            workers = devices[: config.devices]
+            fields["compression"] = compression_summary(config.compression, log, workers, "ps-push")
         staleness = [event.value for event in log.scalars("staleness")]
         if not staleness:
             return fields

@@ -205,4 +205,6 @@ class FreeRunningDriver:
                 log.scalar("loss", step, loss, job.clock(), device=report["device"])
             for step, staleness in report["staleness"]:
                 log.scalar("staleness", step, staleness, job.clock())
+            for name, step, value, device in report.get("scalars", ()):
+                log.scalar(name, step, value, job.clock(), device=device)
         return events

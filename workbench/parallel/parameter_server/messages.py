@@ -4,7 +4,9 @@ one shard, in the partition's transfer order.
 A pull is one flat array (every variable value the shard sends that worker, concatenated). A
 push is a list with one entry per gradient transfer: the dense array, or for a row-sparse
 gradient (an embedding's) an IndexedSlices-style ``(row indices, rows)`` pair holding only
-the rows that are non-zero, which are the rows the batch looked up. The shard turns every
+the rows that are non-zero, which are the rows the batch looked up. With ``--compression`` a dense entry is the codec's
+:class:`Payload` instead (fp16/bf16, top-k or PowerSGD, with the worker's error feedback). The
+shard turns every
 entry back into a dense tensor before it sums and applies, so dense and sparse pushes give
 the same bits.
 """
@@ -16,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.parallel.collectives.compression import Payload, PushEncoder, decode
 from workbench.passes import Transfer
 
 
@@ -45,16 +48,22 @@ def unpack_pull(flat: Any, transfers: Sequence[Transfer], keys: Sequence[str]) -
 
 
 def encode_push(
-    gradients: Mapping[str, Any], transfers: Sequence[Transfer], row_sparse, xp: Any = np
+    gradients: Mapping[str, Any],
+    transfers: Sequence[Transfer],
+    row_sparse,
+    xp: Any = np,
+    encoder: PushEncoder | None = None,
 ) -> list[Any]:
-    """One entry per transfer: the dense gradient, or ``(indices, rows)`` when its key is in
-    ``row_sparse``."""
+    """One entry per transfer: the dense gradient, ``(indices, rows)`` when its key is in
+    ``row_sparse``, or the ``encoder``'s compressed :class:`Payload` (``--compression``)."""
     entries = []
     for transfer in transfers:
         value = gradients[transfer.key]
         if transfer.key in row_sparse:
             touched = xp.flatnonzero(xp.any(value.reshape(value.shape[0], -1) != 0, axis=1))
             entries.append((touched, value[touched]))
+        elif encoder is not None:
+            entries.append(encoder.encode(transfer.key, value))
         else:
             entries.append(value)
     return entries
@@ -62,6 +71,8 @@ def encode_push(
 
 def decode_push(entry: Any, shape: Sequence[int], xp: Any = np) -> Any:
     """The dense gradient of one push entry."""
+    if isinstance(entry, Payload):
+        return decode(entry)
     if not isinstance(entry, tuple):
         return entry
     indices, rows = entry
@@ -76,3 +87,8 @@ def push_bytes(entries: Sequence[Any]) -> int:
         sum(int(part.nbytes) for part in entry) if isinstance(entry, tuple) else int(entry.nbytes)
         for entry in entries
     )
+
+
+def dense_bytes(transfers: Sequence[Transfer]) -> int:
+    """What the same push would be uncompressed and dense."""
+    return sum(transfer.nbytes for transfer in transfers)

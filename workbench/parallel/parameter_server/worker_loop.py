@@ -24,7 +24,13 @@ from workbench.parallel.parameter_server.client_graph import (
     ParameterServerGraph,
     build_parameter_server_graph,
 )
-from workbench.parallel.parameter_server.messages import encode_push, push_bytes, unpack_pull
+from workbench.parallel.collectives.compression import PushEncoder
+from workbench.parallel.parameter_server.messages import (
+    dense_bytes,
+    encode_push,
+    push_bytes,
+    unpack_pull,
+)
 from workbench.parallel.parameter_server.partitioner import VariablePiece
 from workbench.parallel.parameter_server.table_rendezvous import TableRendezvous
 from workbench.parallel.towers import feed_parts
@@ -57,6 +63,12 @@ class ParameterServerWorker(GradientWorker):
         self.pulls = [self.graph.pulls(k, self.tower) for k in range(len(spec.shard_devices))]
         self.pushes = [self.graph.pushes(k, self.tower) for k in range(len(spec.shard_devices))]
         self.loss_key = next(key for key in self.gradients.fetches if key.endswith("loss"))
+        compression = self.config.options.get("compression", "none")
+        self.encoder = (
+            None
+            if compression == "none"
+            else PushEncoder(compression, seed=self.config.seed + spec.worker.rank)
+        )
         self._worker = device_service().worker
         # Pulls and pushes are RPCs over Dask's comms; device arrays ride its serializers.
         self.route = route(self.arrays.on_gpu, wire_of(self._worker.address))
@@ -130,9 +142,12 @@ class ParameterServerWorker(GradientWorker):
     def _push(self, step: int, gradients: dict, versions: list[int], report=None) -> dict:
         """The gradients for each shard: bytes sent, staleness per shard, whether shard 0
         dropped it, and shard 0's version after it (``report`` rides on shard 0's push)."""
-        pushed = {"sent": 0, "staleness": [], "dropped": False, "version": versions[0]}
+        pushed = {"sent": 0, "dense": 0, "staleness": [], "dropped": False}
+        pushed["version"] = versions[0]
         for shard, transfers in enumerate(self.pushes):
-            entries = encode_push(gradients, transfers, self.graph.row_sparse, self.xp)
+            entries = encode_push(
+                gradients, transfers, self.graph.row_sparse, self.xp, self.encoder
+            )
             extra = {"report": report} if shard == 0 and report is not None else {}
             reply = self._call(
                 shard,
@@ -145,6 +160,7 @@ class ParameterServerWorker(GradientWorker):
                 **extra,
             )
             pushed["sent"] += push_bytes(entries)
+            pushed["dense"] += dense_bytes(transfers)
             if shard == 0:
                 # Shard 0 keeps the run's count: near the end of the budget another shard may
                 # take a push shard 0 dropped (or the other way round), as async updates do.
@@ -163,7 +179,7 @@ class ParameterServerWorker(GradientWorker):
         ]
 
     def run(self, first: int, count: int, batches: list | None = None) -> dict[str, Any]:
-        events, losses, staleness = [], [], []
+        events, losses, staleness, scalars = [], [], [], []
         for index, step in enumerate(range(first, first + count)):
             self.current_step = step
             start = self.clock()
@@ -175,7 +191,12 @@ class ParameterServerWorker(GradientWorker):
             events += self._phases(step, start, pulled, computed, received, pushed)
             losses.append((step, loss))
             staleness.append((step, max(pushed["staleness"], default=0)))
-        return {"events": events, "losses": losses, "staleness": staleness}
+            scalars.append(self._gradient_bytes(step, pushed))
+        return {"events": events, "losses": losses, "staleness": staleness, "scalars": scalars}
+
+    def _gradient_bytes(self, step: int, pushed: dict) -> tuple:
+        """What this step's pushes would have been uncompressed (the compression summary)."""
+        return ("gradient_bytes", step, pushed["dense"], self.device)
 
     def run_free(self, first: int) -> dict[str, Any]:
         """Free-running (async, or sync with backup workers): pull, compute, push at this
@@ -204,10 +225,11 @@ class ParameterServerWorker(GradientWorker):
             report["losses"].append((progress, loss))
             if not pushed["dropped"]:
                 report["staleness"].append((progress, max(pushed["staleness"], default=0)))
+            report["scalars"].append(self._gradient_bytes(progress, pushed))
             step += 1
 
     def _empty_report(self) -> dict[str, Any]:
-        return {"device": self.device, "events": [], "losses": [], "staleness": []}
+        return {"device": self.device, "events": [], "losses": [], "staleness": [], "scalars": []}
 
 
 def run_free_steps(run_id: str, first: int) -> dict[str, Any]:
