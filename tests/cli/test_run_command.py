@@ -138,6 +138,26 @@ def test_ten_epochs_on_digits_reach_97_percent(capsys, model):
         ),
         (["--strategy", "pipeline", "--devices", "2", "--elastic"], "--elastic", "mirrored"),
         (
+            ["--strategy", "parameter-server", "--ps-partition-min-bytes", "-1"],
+            "--ps-partition-min-bytes",
+            ">= 0",
+        ),
+        (
+            ["--strategy", "pipeline", "--devices", "2", "--replication", "in-graph"],
+            "--replication",
+            "mirrored, central-storage, parameter-server",
+        ),
+        (
+            ["--strategy", "mirrored", "--replication", "in-graph", "--allreduce", "reduce-to-one"],
+            "--allreduce",
+            "in-graph",
+        ),
+        (
+            ["--strategy", "mirrored", "--replication", "in-graph", "--compression", "fp16"],
+            "--compression",
+            "in-graph",
+        ),
+        (
             ["--strategy", "mirrored", "--devices", "2", "--simulate-straggler", "task:2=3"],
             "--simulate-straggler",
             "task:0, task:1",
@@ -189,6 +209,27 @@ def test_batch_not_divisible_by_microbatches_is_refused(capsys):
     code = main(["run", "--strategy", "pipeline", "--devices", "2", "--microbatches", "5"])
     err = capsys.readouterr().err
     assert code == 2 and "--microbatches" in err and "divide evenly" in err
+
+
+def test_plan_shows_the_parameter_server_graph_with_shards_and_parts(capsys):
+    flags = ["--devices", "2", "--ps", "2", "--hidden", "32", "--ps-partition-min-bytes", "4096"]
+    assert main(["plan", "--strategy", "parameter-server", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "dense_0/kernel/part_0" in out and "dense_0/kernel/part_1" in out
+    assert "/job:ps/task:1/device:CPU:0" in out and "pulls shard->worker" in out
+
+
+def test_plan_in_graph_shows_one_tower_per_device(capsys):
+    flags = ["--strategy", "mirrored", "--replication", "in-graph", "--devices", "4"]
+    assert main(["plan", *flags, "--hidden", "32"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"tower_{i}" in out for i in range(4)) and "1 all-reduce" in out
+
+
+def test_plan_of_a_strategy_without_a_client_graph_names_those_with_one(capsys):
+    assert main(["plan", "--strategy", "pipeline", "--devices", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--strategy" in err and "--replication in-graph" in err
 
 
 def test_plan_prints_placement_partitions_and_send_recv_pairs(capsys):

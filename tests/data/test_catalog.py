@@ -40,6 +40,8 @@ def test_unknown_dataset_lists_every_allowed_form(spec: str) -> None:
         "digits",
         "synthetic",
         "synthetic:FEATURES:CLASSES:SAMPLES",
+        "tokens",
+        "tokens:VOCABULARY:LENGTH:CLASSES:SAMPLES",
         "mnist:PATH",
         "fashion-mnist:PATH",
         "cifar10:PATH",

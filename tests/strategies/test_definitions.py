@@ -72,7 +72,7 @@ def test_an_option_is_refused_by_the_strategies_that_do_not_declare_it():
     with pytest.raises(ConfigError) as raised:
         validate_config(RunConfig(strategy="pipeline", devices=2, compression="fp16"))
     assert raised.value.field == "--compression"
-    assert "mirrored, central-storage, multi-worker-mirrored" in str(raised.value)
+    assert "mirrored, central-storage, multi-worker-mirrored, parameter-server" in str(raised.value)
     filled = validate_config(RunConfig(strategy="parameter-server", devices=2))
     assert filled.options == {
         "ps": 1,
@@ -80,6 +80,8 @@ def test_an_option_is_refused_by_the_strategies_that_do_not_declare_it():
         "staleness": None,
         "replication": "between-graph",
         "backup_workers": 0,
+        "ps_partition_min_bytes": None,
+        "compression": "none",
     }
 
 
