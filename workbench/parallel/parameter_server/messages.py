@@ -4,11 +4,10 @@ one shard, in the partition's transfer order.
 A pull is one flat array (every variable value the shard sends that worker, concatenated). A
 push is a list with one entry per gradient transfer: the dense array, or for a row-sparse
 gradient (an embedding's) an IndexedSlices-style ``(row indices, rows)`` pair holding only
-the rows that are non-zero, which are the rows the batch looked up. With ``--compression`` a dense entry is the codec's
-:class:`Payload` instead (fp16/bf16, top-k or PowerSGD, with the worker's error feedback). The
-shard turns every
-entry back into a dense tensor before it sums and applies, so dense and sparse pushes give
-the same bits.
+the rows that are non-zero, which are the rows the batch looked up. With ``--compression`` a
+dense entry is the codec's :class:`Payload` instead (fp16/bf16, top-k or PowerSGD, with the
+worker's error feedback). The shard turns every entry back into a dense tensor before it
+sums and applies, so dense and sparse pushes give the same bits.
 """
 
 from __future__ import annotations

@@ -19,12 +19,12 @@ from distributed.utils import sync
 from workbench.ir import Executable
 from workbench.ir.ops.communication import RENDEZVOUS
 from workbench.parallel.collectives import StallError
+from workbench.parallel.collectives.compression import PushEncoder
 from workbench.parallel.data_parallel.gradient_worker import GradientWorker
 from workbench.parallel.parameter_server.client_graph import (
     ParameterServerGraph,
     build_parameter_server_graph,
 )
-from workbench.parallel.collectives.compression import PushEncoder
 from workbench.parallel.parameter_server.messages import (
     dense_bytes,
     encode_push,
