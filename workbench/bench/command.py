@@ -18,6 +18,7 @@ from workbench.bench import (
     allreduce_suite,
     bubble_suite,
     charts_suite,
+    compression_suite,
     ddp_suite,
     faults_suite,
     nccl_suite,
@@ -170,6 +171,12 @@ SUITES: dict[str, Suite] = {
         faults_suite.run_from_args,
         faults_suite.render,
     ),
+    "compression": Suite(
+        "compression",
+        "--compression none, fp16, bf16, topk:0.01, powersgd:2: accuracy and gradient bytes",
+        compression_suite.run_from_args,
+        compression_suite.render,
+    ),
 }
 
 
@@ -308,6 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=None,
         help="recovery run: kill a worker once the loss passed this step (half the steps)",
+    )
+    compression = parser.add_argument_group("compression suite (also --hidden, --seed)")
+    compression.add_argument(
+        "--epochs", type=_positive, default=10, help="compression: epochs per run (10)"
     )
     return parser
 

@@ -1,10 +1,16 @@
-"""``%dtrain compare``: several strategies on the same data, model and steps, side by side.
+"""``%dtrain compare``: several strategies, or settings, on the same data, model and steps,
+side by side.
 
 The runs go one after another (at the same time they would share the cores and distort each
 other's figures), each a :class:`BackgroundRun` in the run store. Every configuration is
 checked before the first run starts. The view draws loss against steps and against wall time,
-one line per strategy, and a table of what tells them apart: samples/s, bytes communicated,
-busy fraction, bubble fraction, staleness.
+one line per run, and a table of what tells them apart: samples/s, bytes communicated, busy
+fraction, bubble fraction, staleness and, when a run compresses its gradients, the compression
+figures.
+
+Besides the strategies (the first argument, comma-separated), the values of a comparable flag
+may be listed with commas: ``%dtrain compare mirrored --devices 2 --compression
+none,fp16,topk:0.01`` runs mirrored three times (:func:`comparison_flag_sets`).
 """
 
 from __future__ import annotations
@@ -17,8 +23,12 @@ from workbench.config import RunConfig
 from workbench.launch.background_run import BackgroundRun
 from workbench.launch.runner import prepare_run
 
+# Flags whose comma-separated values are compared like the strategies are.
+COMPARABLE_FLAGS = ("--compression",)
+
 TABLE_COLUMNS = (
     ("strategy", "strategy"),
+    ("compression", "compression"),
     ("state", "state"),
     ("steps", "steps"),
     ("samples_per_second", "samples/s"),
@@ -29,19 +39,61 @@ TABLE_COLUMNS = (
     ("final_loss", "final loss"),
     ("test_accuracy", "test accuracy"),
 )
+# Shown when some run of the comparison compresses its gradients.
+COMPRESSION_COLUMNS = (
+    ("gradient_bytes", "gradient bytes"),
+    ("compressed_bytes", "compressed bytes"),
+    ("compression_ratio", "ratio"),
+    ("skipped_steps", "skipped steps"),
+)
+
+
+def comparison_flag_sets(strategies: list[str], flags: list[str]) -> list[list[str]]:
+    """One flag list per run: each strategy with each combination of the comma-separated
+    values of :data:`COMPARABLE_FLAGS` (strategies outermost, values in the order given).
+
+    Examples
+    --------
+    >>> comparison_flag_sets(["mirrored"], ["--devices", "2", "--compression", "none,fp16"])
+    [['--strategy', 'mirrored', '--devices', '2', '--compression', 'none'], \
+['--strategy', 'mirrored', '--devices', '2', '--compression', 'fp16']]
+    """
+    variants: list[list[str]] = [[]]
+    words, index = list(flags), 0
+    while index < len(words):
+        flag, _, attached = words[index].partition("=")
+        if flag in COMPARABLE_FLAGS and (attached or index + 1 < len(words)):
+            text = attached or words[index + 1]
+            values = [value for value in text.split(",") if value] or [text]
+            variants = [[*variant, flag, value] for variant in variants for value in values]
+            index += 1 if attached else 2
+            continue
+        variants = [[*variant, words[index]] for variant in variants]
+        index += 1
+    return [["--strategy", strategy, *variant] for strategy in strategies for variant in variants]
 
 
 def comparison_row(run: BackgroundRun) -> dict[str, Any]:
     """What the comparison table shows for one run (None where it does not apply yet)."""
-    return _row(run.config.strategy, run.state, run.step - run.first_step, run.summary)
+    return _row(
+        run.config.strategy,
+        run.config.options.get("compression"),
+        run.state,
+        run.step - run.first_step,
+        run.summary,
+    )
 
 
-def _row(strategy: str, state: str, steps: int, summary: dict | None) -> dict[str, Any]:
+def _row(
+    strategy: str, compression: str | None, state: str, steps: int, summary: dict | None
+) -> dict[str, Any]:
     summary = summary or {}
     per_device = summary.get("per_device") or []
     busy = [device["busy_fraction"] for device in per_device]
+    compressed = summary.get("compression") or {}
     return {
         "strategy": strategy,
+        "compression": compression,
         "state": state,
         "steps": steps,
         "samples_per_second": summary.get("samples_per_second"),
@@ -51,15 +103,28 @@ def _row(strategy: str, state: str, steps: int, summary: dict | None) -> dict[st
         "max_staleness": (summary.get("staleness") or {}).get("max"),
         "final_loss": summary.get("final_loss"),
         "test_accuracy": summary.get("test_accuracy"),
+        "gradient_bytes": compressed.get("gradient_bytes"),
+        "compressed_bytes": compressed.get("compressed_bytes"),
+        "compression_ratio": compressed.get("ratio"),
+        "skipped_steps": compressed.get("skipped_steps"),
     }
 
 
 class _TableMixin:
+    def columns(self) -> tuple[tuple[str, str], ...]:
+        """The table's (key, label) columns; the compression ones only when some run of the
+        comparison compresses its gradients."""
+        rows = self.rows()
+        if any(row["compression"] not in (None, "none") for row in rows):
+            return TABLE_COLUMNS + COMPRESSION_COLUMNS
+        return tuple(column for column in TABLE_COLUMNS if column[0] != "compression")
+
     def table_html(self) -> str:
-        header = "".join(f"<th>{label}</th>" for _, label in TABLE_COLUMNS)
+        columns = self.columns()
+        header = "".join(f"<th>{label}</th>" for _, label in columns)
         body = ""
         for row in self.rows():
-            cells = "".join(f"<td>{_format(row[key])}</td>" for key, _ in TABLE_COLUMNS)
+            cells = "".join(f"<td>{_format(row[key])}</td>" for key, _ in columns)
             body += f"<tr>{cells}</tr>"
         return f"<table><tr>{header}</tr>{body}</table>"
 
@@ -129,10 +194,17 @@ class _StoredRun:
     """A finished run read back from the store, shaped as the comparison view reads runs."""
 
     def __init__(self, stored) -> None:
-        self.config = RunConfig(strategy=stored.config()["strategy"])
+        config = stored.config()
+        self.config = RunConfig(strategy=config["strategy"])
         self.log = stored.event_log()
         status = stored.status()
-        self.row = _row(self.config.strategy, status["state"], status["step"], stored.summary())
+        self.row = _row(
+            self.config.strategy,
+            config.get("compression"),
+            status["state"],
+            status["step"],
+            stored.summary(),
+        )
 
 
 class StoredComparison(_TableMixin):

@@ -19,7 +19,7 @@ from workbench.launch.background_run import BackgroundRun, RunTable
 from workbench.launch.errors import USER_ERRORS
 from workbench.launch.flags import build_parser, parse_run_flags
 from workbench.models import Sequential
-from workbench.notebook.compare import Comparison
+from workbench.notebook.compare import Comparison, comparison_flag_sets
 from workbench.notebook.display import ensure_bokehjs, show
 from workbench.notebook.panel import TrainingForm, form_start
 
@@ -36,7 +36,9 @@ subcommands:
   %dtrain panel         a form to start runs from widgets (same checks as the flags)
   %dtrain compare S1,S2,... [flags]
                         run the strategies one after another on the same data and steps and
-                        show them side by side (loss, samples/s, bytes, busy, bubble, staleness)
+                        show them side by side (loss, samples/s, bytes, busy, bubble, staleness);
+                        --compression may list values too (--compression none,fp16,topk:0.01):
+                        one run per strategy and value
 
 %%dtrain [flags]: the cell builds the model with the Python API and binds it to ``model``.
 """
@@ -120,8 +122,8 @@ class WorkbenchMagics(Magics):
             raise UsageError("%dtrain compare: --strategy: the strategies are its first argument")
         try:
             configs = [
-                parse_run_flags(["--strategy", strategy, *flags], prog="%dtrain compare")
-                for strategy in strategies
+                parse_run_flags(words, prog="%dtrain compare")
+                for words in comparison_flag_sets(strategies, flags)
             ]
             comparison = Comparison(configs)
         except USER_ERRORS as error:
