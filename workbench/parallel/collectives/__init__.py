@@ -4,7 +4,8 @@ What flows in: one array per rank (same shape everywhere) and a key unique to th
 What flows out: the sum on every rank, bit-identical across ranks. Algorithms: ``ring``
 (reduce-scatter + all-gather), ``hierarchical-copy`` (reduce in groups, ring across leaders,
 broadcast) and ``reduce-to-one`` (root sums, broadcasts). Arrays with fewer elements than
-ranks take the reduce-to-one path: a ring cannot give every rank a chunk.
+ranks take the reduce-to-one path: a ring cannot give every rank a chunk. Gradient compression
+(fp16, bf16, top-k, PowerSGD, loss scaling) wraps these in ``compression/``.
 """
 
 from collections.abc import Sequence
