@@ -17,7 +17,17 @@ Examples
 from workbench.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from workbench.config import ConfigError, RunConfig
 from workbench.data import Dataset, DatasetError, GlobalBatchSampler, load_dataset
-from workbench.distribute import Strategy, strategy_classes
+from workbench.distribute import (
+    ClusterCoordinator,
+    DistributedDataset,
+    PerReplica,
+    ReduceOp,
+    RemoteValue,
+    StepFunctionError,
+    Strategy,
+    get_replica_context,
+    strategy_classes,
+)
 from workbench.events import EventLog
 from workbench.ir import Graph, GraphBuilder, gradients, ops
 from workbench.launch.runner import RunResult, run_training
@@ -53,11 +63,13 @@ __all__ = [
     "AvgPool2D",
     "Checkpoint",
     "CheckpointError",
+    "ClusterCoordinator",
     "ConfigError",
     "Conv2D",
     "Dataset",
     "DatasetError",
     "Dense",
+    "DistributedDataset",
     "Dropout",
     "Embedding",
     "EventLog",
@@ -68,12 +80,17 @@ __all__ = [
     "LayerNorm",
     "LearningRateSchedule",
     "MaxPool2D",
+    "PerReplica",
+    "ReduceOp",
+    "RemoteValue",
     "RunConfig",
     "RunResult",
     "Sequential",
+    "StepFunctionError",
     "Strategy",
     "build_model",
     "device",
+    "get_replica_context",
     "gradients",
     "load_checkpoint",
     "load_dataset",

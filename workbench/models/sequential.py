@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from workbench.ir import Tensor
 from workbench.models.layers import ApplyContext, Dropout, Layer, ModelError
-from workbench.models.strategy_scope import current_strategy, fit_model
+from workbench.models.strategy_scope import (
+    compile_model,
+    current_replica_context,
+    current_strategy,
+    fit_model,
+    model_weights,
+)
 
 
 class Sequential:
@@ -98,6 +105,45 @@ class Sequential:
         result, or with ``background=True`` its live handle."""
         return fit_model(self.strategy, self, background, **options)
 
+    # --- custom training loops (tf.distribute's strategy.run) ------------------------------
+
+    def compile(self, **options: Any) -> None:
+        """Fix how a custom training loop trains this model: ``fit``'s options as keywords
+        (``optimizer``, ``lr``, ``dtype``, ``seed``, ``batch_size``, ``steps`` or ``epochs``,
+        the learning-rate schedule, ...), checked now as ``fit`` checks them. The model's
+        strategy (one device if it was built outside any ``scope()``) then trains it with
+        ``strategy.run(step_fn, ...)``; the schedule and the dropout masks follow the
+        optimizer's step count, so a loop over the same batches repeats ``fit``'s arithmetic.
+
+        Examples
+        --------
+        >>> import workbench
+        >>> model = workbench.Sequential([workbench.Flatten(), workbench.Dense(10)],
+        ...                              input_shape=(1, 8, 8))
+        >>> model.compile(optimizer="sgd", lr=0.1, dtype="float64", steps=5)
+        >>> type(model.strategy).__name__
+        'OneDeviceStrategy'
+        """
+        self.strategy = compile_model(self.strategy, self, options)
+
+    def compute_gradients(self, x: Any, y: Any) -> tuple[float, dict[str, Any]]:
+        """Inside ``strategy.run``'s step function: the loss and the gradients (by parameter
+        name, on this replica's device) of this replica's rows ``x``, ``y``, at the variables
+        the replica holds now."""
+        return _replica_context("compute_gradients").compute_gradients(self, x, y)
+
+    def optimizer_apply(self, gradients: dict[str, Any]) -> Any:
+        """Inside ``strategy.run``'s step function: combine ``gradients`` across the replicas
+        as the strategy does (the mean over replicas: all-reduced for mirrored, reduced on the
+        storage device for central storage, pushed to the shards for a parameter server) and
+        apply one optimizer step."""
+        return _replica_context("optimizer_apply").optimizer_apply(self, gradients)
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The variables by name, on the host: as the compiled strategy's custom loop left
+        them (gathered from its devices), or the initial ones before its first step."""
+        return model_weights(self.strategy, self)
+
     def summary(self) -> str:
         lines = [f"{self.name}: input {self.input_shape}"]
         for layer, shape in zip(self.layers, self._shapes[1:]):
@@ -110,3 +156,14 @@ class Sequential:
         total = sum(int(np.prod(v.shape)) for v in self._init.values())
         lines.append(f"  total {total:,} parameters")
         return "\n".join(lines)
+
+
+def _replica_context(method: str) -> Any:
+    context = current_replica_context()
+    if context is None:
+        raise RuntimeError(
+            f"model.{method} runs inside a step function given to strategy.run(step_fn, "
+            "args=...) or ClusterCoordinator.schedule(fn, args=...): the replica's device "
+            "holds the variables there"
+        )
+    return context

@@ -1,7 +1,15 @@
-"""Which strategy a model is built under, and how ``Sequential.fit`` reaches the layers that
-train: models sit below them, so those layers register the training function here
-(:func:`register_fit`, done by ``workbench.distribute`` when ``workbench`` is imported) instead
-of models importing upwards.
+"""Which strategy a model is built under, and how a model reaches the layers that train it.
+
+Models sit below the layers that train them, so those layers register their functions here
+instead of models importing upwards: ``workbench.distribute`` registers how ``Sequential.fit``
+trains (:func:`register_fit`), how ``Sequential.compile`` binds a model to its strategy's custom
+training loop (:func:`register_compile`) and how ``Sequential.get_weights`` fetches the
+variables (:func:`register_weights`), all when ``workbench`` is imported.
+
+Inside ``strategy.run(step_fn)`` the device program that runs ``step_fn`` on a replica's
+worker enters :func:`replica_scope` with its replica context; ``Sequential.compute_gradients``
+and ``Sequential.optimizer_apply`` find it with :func:`current_replica_context`. The context
+is whatever object the device side passes (duck-typed), so models import nothing from it.
 """
 
 from __future__ import annotations
@@ -12,7 +20,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 _current: contextvars.ContextVar[Any] = contextvars.ContextVar("dtrain_strategy", default=None)
+_replica: contextvars.ContextVar[Any] = contextvars.ContextVar("dtrain_replica", default=None)
 _fit: Callable[..., Any] | None = None
+_compile: Callable[..., Any] | None = None
+_weights: Callable[..., Any] | None = None
+
+_NEEDS_WORKBENCH = "training needs the workbench package: import workbench first"
 
 
 def current_strategy() -> Any:
@@ -30,13 +43,53 @@ def strategy_scope(strategy: Any) -> Iterator[Any]:
         _current.reset(token)
 
 
+def current_replica_context() -> Any:
+    """The replica context of the ``strategy.run`` step function running here, if any."""
+    return _replica.get()
+
+
+@contextlib.contextmanager
+def replica_scope(context: Any) -> Iterator[Any]:
+    """Run a step function with ``context`` as its replica context (device side)."""
+    token = _replica.set(context)
+    try:
+        yield context
+    finally:
+        _replica.reset(token)
+
+
 def register_fit(function: Callable[..., Any]) -> None:
     """``function(strategy_or_None, model, background, **options)`` trains ``model``."""
     global _fit
     _fit = function
 
 
+def register_compile(function: Callable[..., Any]) -> None:
+    """``function(strategy_or_None, model, options)`` binds ``model`` and ``fit``'s
+    ``options`` to a strategy's custom training loop and returns that strategy."""
+    global _compile
+    _compile = function
+
+
+def register_weights(function: Callable[..., Any]) -> None:
+    """``function(strategy_or_None, model)`` returns the model's variables by name."""
+    global _weights
+    _weights = function
+
+
 def fit_model(strategy: Any, model: Any, background: bool, **options: Any) -> Any:
     if _fit is None:  # only if workbench.models is used without the workbench package
-        raise RuntimeError("training needs the workbench package: import workbench first")
+        raise RuntimeError(_NEEDS_WORKBENCH)
     return _fit(strategy, model, background, **options)
+
+
+def compile_model(strategy: Any, model: Any, options: dict[str, Any]) -> Any:
+    if _compile is None:
+        raise RuntimeError(_NEEDS_WORKBENCH)
+    return _compile(strategy, model, options)
+
+
+def model_weights(strategy: Any, model: Any) -> Any:
+    if _weights is None:
+        raise RuntimeError(_NEEDS_WORKBENCH)
+    return _weights(strategy, model)
