@@ -21,6 +21,36 @@ def test_the_drawing_has_every_node_and_one_edge_per_send_recv_pair():
     assert "10 Send/Recv pairs" in chart.title.text
 
 
+def test_a_parameter_server_plan_has_a_lane_per_worker_and_ps_task():
+    config = RunConfig(strategy="parameter-server", devices=2, ps=2, hidden=(32,))
+    chart = plan_view(config)
+    nodes = next(r for r in chart.renderers if r.glyph.__class__.__name__ == "Scatter")
+    devices = set(nodes.data_source.data["device"])
+    assert devices == {
+        "/job:worker/task:0/device:CPU:0",
+        "/job:ps/task:0/device:CPU:0",
+        "/job:ps/task:1/device:CPU:0",
+    }
+    ops = nodes.data_source.data["op"]
+    # Between-graph: worker 0's graph; one pull and one push per variable (4 variables).
+    assert ops.count("send") == ops.count("recv") == 8
+    assert "8 Send/Recv pairs" in chart.title.text
+
+
+def test_an_in_graph_plan_has_a_lane_per_tower():
+    config = RunConfig(
+        strategy="central-storage", devices=3, batch_size=48, replication="in-graph", hidden=(16,)
+    )
+    chart = plan_view(config)
+    nodes = next(r for r in chart.renderers if r.glyph.__class__.__name__ == "Scatter")
+    names = nodes.data_source.data["name"]
+    assert {name.split("/")[0] for name in names if name.startswith("tower_")} == {
+        "tower_0",
+        "tower_1",
+        "tower_2",
+    }
+
+
 def test_three_devices_get_three_lanes():
     from workbench.data import load_dataset
     from workbench.models import build_model

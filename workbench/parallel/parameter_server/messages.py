@@ -13,6 +13,7 @@ sums and applies, so dense and sparse pushes give the same bits.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,15 @@ def encode_push(
         else:
             entries.append(value)
     return entries
+
+
+def adopt_entry(entry: Any, arrays: Any) -> Any:
+    """A push entry as it arrived, its arrays on this device (``DeviceArrays.adopt``)."""
+    if isinstance(entry, Payload):
+        return replace(entry, arrays=tuple(arrays.adopt(array) for array in entry.arrays))
+    if isinstance(entry, tuple):
+        return tuple(arrays.adopt(part) for part in entry)
+    return arrays.adopt(entry)
 
 
 def decode_push(entry: Any, shape: Sequence[int], xp: Any = np) -> Any:

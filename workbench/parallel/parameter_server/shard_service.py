@@ -25,7 +25,12 @@ from workbench.parallel.parameter_server.client_graph import (
     ParameterServerGraph,
     learning_rate_feed,
 )
-from workbench.parallel.parameter_server.messages import decode_push, pack_pull, push_bytes
+from workbench.parallel.parameter_server.messages import (
+    adopt_entry,
+    decode_push,
+    pack_pull,
+    push_bytes,
+)
 from workbench.parallel.parameter_server.protocol import (
     ApplyUpdate,
     DropPush,
@@ -132,12 +137,7 @@ class ParameterShard:
         if report is not None:  # a free-running worker's events and losses, for the client
             self.reports.append(report)
         arrived = self.clock()
-        gradients = [
-            tuple(self.arrays.adopt(part) for part in entry)
-            if isinstance(entry, tuple)
-            else self.arrays.adopt(entry)
-            for entry in gradients
-        ]
+        gradients = [adopt_entry(entry, self.arrays) for entry in gradients]
         instructions = self.protocol.handle(Push(worker, step, read_version, gradients))
         self.events.append(
             (
