@@ -204,7 +204,7 @@ class Replica(GradientWorker):
     def _scaler_accepts(self, totals: list) -> bool:
         if self.scaler is None:
             return True
-        finite = all(bool(self.xp.isfinite(total).all()) for total in totals)
+        finite = all(bool(self.xp.all(self.xp.isfinite(total))) for total in totals)
         return self.scaler.update(finite)
 
     @property
