@@ -180,3 +180,22 @@ def test_step_function_mistakes_are_named(no_leftover_processes):
         strategy.run(
             lambda inputs: model.optimizer_apply(model.compute_gradients(*inputs)[1]), args=(batch,)
         )
+
+
+def test_a_step_that_leaves_the_replicas_out_of_step_closes_the_loop(no_leftover_processes):
+    strategy = workbench.MirroredStrategy(devices=2, stall_timeout=2)
+    with strategy.scope():
+        model = _model()
+    model.compile(steps=5, batch_size=64)
+    batch = next(iter(strategy.experimental_distribute_dataset("digits", 64)))
+
+    def one_replica_gives_up(inputs):
+        _, gradients = model.compute_gradients(*inputs)
+        if workbench.get_replica_context().replica_id_in_sync_group == 1:
+            raise RuntimeError("replica 1 gives up")
+        model.optimizer_apply(gradients)  # replica 0 waits for its peer's buckets, in vain
+
+    with pytest.raises(RuntimeError, match=r"out of step \(applied steps per replica: \[None, 0\]"):
+        strategy.run(one_replica_gives_up, args=(batch,))
+    with pytest.raises(RuntimeError, match="failed and was closed"):
+        strategy.run(one_replica_gives_up, args=(batch,))

@@ -141,14 +141,15 @@ class ClusterLoop:
         outcomes = self._settle(futures, call)
         failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
         if failed:
-            # Every replica failed at the same step (an error in the step function before any
-            # collective, say): the replicas still agree and the loop may go on. Otherwise some
-            # applied a step the others did not.
+            # Replicas that applied the same number of steps, none of them half way (an error
+            # in the step function before any collective, say), still agree and the loop may go
+            # on. Otherwise some applied a step the others did not, or an update broke off.
             steps = {_iterations(outcome) for outcome in outcomes}
-            if len(failed) < len(outcomes) or len(steps) != 1 or None in steps:
+            if len(steps) != 1 or None in steps:
                 raise LoopBroken(
-                    f"strategy.run call {call} failed on some replicas after others had "
-                    f"applied a step: {failed[0]}"
+                    f"strategy.run call {call} left the replicas out of step (applied steps "
+                    f"per replica: {[_iterations(outcome) for outcome in outcomes]}): "
+                    f"{failed[0]}"
                 ) from failed[0]
             raise failed[0]
         for outcome in outcomes:

@@ -26,7 +26,8 @@ from workbench.runtime.worker_service import device_service
 class StepFunctionError(RuntimeError):
     """A step function or a scheduled closure raised on a device. The message names the
     device, the error and where in the function it was raised; ``device`` says the same, and
-    ``iterations`` how many optimizer steps the replica had applied when it failed."""
+    ``iterations`` how many optimizer steps the replica had applied when it failed (None: an
+    update failed half way, so the replica's state is unknown)."""
 
     def __init__(self, message: str, device: str, iterations: int | None = None) -> None:
         # Every argument goes to the base: the error is pickled to the client and rebuilt.
@@ -53,6 +54,9 @@ class ReplicaContext:
         self.replica_id_in_sync_group = replica_id
         self.num_replicas_in_sync = num_replicas
         self.iterations = 0  # optimizer steps applied on this replica
+        # An update that failed half way (a peer stalled mid all-reduce) leaves partial
+        # messages and an unknown state behind: the replica reports no step count after it.
+        self.interrupted = False
         self.events: list[tuple] = []  # this call's phases, handed back with its result
         config = worker.config
         self.rows = config.batch_size // worker.spec.replicas  # the gradient graph's batch
@@ -100,7 +104,11 @@ class ReplicaContext:
         """Combine ``gradients`` across the replicas and apply one optimizer step."""
         self._check_model(model, "optimizer_apply")
         self._check_gradients(gradients)
-        result = self._apply(self.step, gradients)
+        try:
+            result = self._apply(self.step, gradients)
+        except BaseException:
+            self.interrupted = True
+            raise
         self.iterations += 1
         return result
 
@@ -122,11 +130,12 @@ class ReplicaContext:
                 f"{self.device} (replica {self.replica_id_in_sync_group}): the step function "
                 f"raised {type(error).__name__}: {error}\n{where}",
                 self.device,
-                self.iterations,
+                None if self.interrupted else self.iterations,
             ) from None
         finally:
             self._after_call()
-        return {"value": value, "events": self.events, "iterations": self.iterations}
+        iterations = None if self.interrupted else self.iterations
+        return {"value": value, "events": self.events, "iterations": iterations}
 
     def _after_call(self) -> None:
         """What a call leaves to tidy up (a parameter-server read that was never pushed)."""
