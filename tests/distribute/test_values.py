@@ -84,3 +84,15 @@ def test_arrays_distribute_too_and_bad_batches_are_refused():
 )
 def test_replicas_in_sync(name, options, replicas):
     assert getattr(workbench, name)(**options).num_replicas_in_sync == replicas
+
+
+def test_the_batch_order_follows_the_compiled_seed():
+    strategy = workbench.MirroredStrategy(devices=2)
+    assert strategy.experimental_distribute_dataset("digits", 64).sampler.seed == 0
+    with strategy.scope():
+        model = workbench.Sequential(
+            [workbench.Flatten(), workbench.Dense(10)], input_shape=(1, 8, 8)
+        )
+    model.compile(seed=7, batch_size=64, steps=3)
+    assert strategy.experimental_distribute_dataset("digits", 64).sampler.seed == 7
+    assert strategy.experimental_distribute_dataset("digits", 64, seed=1).sampler.seed == 1

@@ -186,14 +186,16 @@ class Strategy:
         self,
         dataset: Any,
         global_batch_size: int,
-        seed: int = 0,
+        seed: int | None = None,
         epochs: int | None = None,
     ) -> DistributedDataset:
         """``dataset`` (a data set name, a ``Dataset`` or ``(x, y)`` arrays) in ``fit``'s
-        global batches, each split over the replicas (:class:`DistributedDataset`)."""
-        return DistributedDataset(
-            dataset, global_batch_size, self.num_replicas_in_sync, seed, epochs
-        )
+        global batches, each split over the replicas (:class:`DistributedDataset`); ``seed``
+        orders the batches (default: the compiled model's seed, else 0)."""
+        if seed is None:
+            seed = self._compiled.config.seed if self._compiled is not None else 0
+        replicas = self.num_replicas_in_sync
+        return DistributedDataset(dataset, global_batch_size, replicas, seed, epochs)
 
     def gather_variables(self, optimizer_state: bool = False) -> dict[str, Any]:
         """The compiled model's variables on the host, by name, as the loop left them (with
