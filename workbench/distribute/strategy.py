@@ -162,6 +162,24 @@ class Strategy:
         Inside ``fn``, ``model.compute_gradients(x, y)`` and
         ``model.optimizer_apply(gradients)`` train the compiled model; an update is the mean
         of the replicas' gradients, combined as ``fit`` combines them.
+
+        Examples
+        --------
+        One device runs the step function in this process (a cluster strategy on its workers):
+
+        >>> import workbench
+        >>> model = workbench.Sequential([workbench.Flatten(), workbench.Dense(10)],
+        ...                              input_shape=(1, 8, 8))
+        >>> model.compile(steps=3, batch_size=32, dtype="float64", optimizer="sgd", lr=0.5)
+        >>> strategy = model.strategy
+        >>> batches = strategy.experimental_distribute_dataset("digits", global_batch_size=32)
+        >>> def step_fn(inputs):
+        ...     loss, gradients = model.compute_gradients(*inputs)
+        ...     model.optimizer_apply(gradients)
+        ...     return loss
+        >>> losses = [strategy.run(step_fn, args=(batch,)) for _, batch in zip(range(3), batches)]
+        >>> float(strategy.reduce("MEAN", losses[-1])) < float(strategy.reduce("MEAN", losses[0]))
+        True
         """
         self._check_runs_step_functions()
         arguments = per_replica_arguments(args, kwargs or {}, self.num_replicas_in_sync)
