@@ -36,6 +36,16 @@ MALFORMED = [
         ["--backup-workers", "0 to 1"],
     ),
     ("--strategy pipeline --devices 2 --elastic", None, ["--elastic", "mirrored"]),
+    (
+        "--strategy parameter-server --ps-partition-min-bytes -5",
+        None,
+        ["--ps-partition-min-bytes", ">= 0"],
+    ),
+    (
+        "--strategy pipeline --devices 2 --replication in-graph",
+        None,
+        ["--replication", "mirrored, central-storage, parameter-server"],
+    ),
     ("--devices -3", None, ["--devices"]),
     ("--devices two", None, ["--devices", "'two'"]),
     ("--devices 2.5", None, ["--devices", "'2.5'"]),
