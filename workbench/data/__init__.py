@@ -1,14 +1,14 @@
 """Datasets and the global-batch sampler shared by every strategy.
 
 What flows in: a ``--dataset`` spec (``digits``, ``synthetic``,
-``synthetic:FEATURES:CLASSES:SAMPLES``, ``mnist:PATH``, ``fashion-mnist:PATH``,
-``cifar10:PATH``) and a seed. What flows out: a `Dataset` held in host memory, and for each
+``synthetic:FEATURES:CLASSES:SAMPLES``, ``tokens:VOCABULARY:LENGTH:CLASSES:SAMPLES``,
+``mnist:PATH``, ``fashion-mnist:PATH``, ``cifar10:PATH``) and a seed. What flows out: a `Dataset` held in host memory, and for each
 global step the indices of that step's global batch plus the row slices each replica or
 micro-batch takes.
 
 Invariants
 ----------
-- Inputs are float64 in ``[0, 1]`` with shape ``(n, *input_shape)``; labels are int64 in
+- Inputs are float64 in ``[0, 1]`` (``tokens``: whole-number token ids) with shape ``(n, *input_shape)``; labels are int64 in
   ``[0, num_classes)``. Arrays are read-only.
 - Nothing is ever downloaded. Only synthetic data depends on the seed; the digits split and file
   datasets are the same for every run.

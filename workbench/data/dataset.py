@@ -25,7 +25,8 @@ class Dataset:
     name : str
         Canonical name, e.g. ``"digits"``, ``"synthetic:784:10:60000"``, ``"mnist"``.
     x_train, x_test : numpy.ndarray
-        float64 inputs of shape ``(n, *input_shape)``, values in ``[0, 1]``.
+        float64 inputs of shape ``(n, *input_shape)``, values in ``[0, 1]`` (token ids, whole
+        numbers, for ``tokens`` data sets).
     y_train, y_test : numpy.ndarray
         int64 class labels of shape ``(n,)``, each in ``[0, num_classes)``.
     input_shape : tuple of int
