@@ -2,14 +2,14 @@
 
 What flows in: a ``--dataset`` spec (``digits``, ``synthetic``,
 ``synthetic:FEATURES:CLASSES:SAMPLES``, ``tokens:VOCABULARY:LENGTH:CLASSES:SAMPLES``,
-``mnist:PATH``, ``fashion-mnist:PATH``, ``cifar10:PATH``) and a seed. What flows out: a `Dataset` held in host memory, and for each
-global step the indices of that step's global batch plus the row slices each replica or
-micro-batch takes.
+``mnist:PATH``, ``fashion-mnist:PATH``, ``cifar10:PATH``) and a seed. What flows out: a
+`Dataset` held in host memory, and for each global step the indices of that step's global
+batch plus the row slices each replica or micro-batch takes.
 
 Invariants
 ----------
-- Inputs are float64 in ``[0, 1]`` (``tokens``: whole-number token ids) with shape ``(n, *input_shape)``; labels are int64 in
-  ``[0, num_classes)``. Arrays are read-only.
+- Inputs are float64 in ``[0, 1]`` (``tokens``: whole-number token ids) with shape
+  ``(n, *input_shape)``; labels are int64 in ``[0, num_classes)``. Arrays are read-only.
 - Nothing is ever downloaded. Only synthetic data depends on the seed; the digits split and file
   datasets are the same for every run.
 - Same seed, dataset and batch size -> the same sequence of global batches for every strategy
