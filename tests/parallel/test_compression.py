@@ -147,3 +147,18 @@ def test_multi_worker_mirrored_compresses_its_hierarchical_all_reduce(
     assert summary["compressed_bytes"] < summary["gradient_bytes"]
     losses = [e.value for e in result.log.scalars("loss")]
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
+
+
+@pytest.mark.parametrize(("compression", "ratio"), [("topk:0.05", 9.0), ("powersgd:2", 2.0)])
+def test_hybrid_compresses_each_stages_all_reduce(compression, ratio, no_leftover_processes):
+    flags = {"strategy": "hybrid", "devices": 4, "stages": 2, "microbatches": 2, "hidden": (64,)}
+    result = train(**flags, steps=40, compression=compression)
+    summary = result.summary["compression"]
+    assert summary["compressed_bytes"] * ratio < summary["gradient_bytes"]
+    losses = [e.value for e in result.log.scalars("loss")]
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
+
+
+def test_hybrid_refuses_a_loss_scaled_codec():
+    code = main(["run", "--strategy", "hybrid", "--devices", "4", "--compression", "fp16"])
+    assert code == 2

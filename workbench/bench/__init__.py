@@ -21,6 +21,8 @@ Suites (registered by name in :data:`workbench.bench.command.SUITES`):
   the result is bit-identical), ``parameter-server`` sync with a straggler and one backup worker
   against none (samples/s, applied samples/s, accuracy), and async with a straggler (updates
   per worker).
+- ``compression``: ``mirrored`` on 2 devices, 10 epochs of digits, once per ``--compression``
+  value: test accuracy, gradient and compressed bytes, skipped steps.
 
 Method of the ``step`` suite (:mod:`workbench.bench.timing`; the distributed suites alternate
 whole runs of each contender instead):

@@ -5,9 +5,13 @@
   its step); a strategy describes its part as a :class:`~workbench.parallel.device_run.DevicePlan`.
 - ``worker_spec``: what each device is given once.
 - ``collectives/``: ring, hierarchical-copy and reduce-to-one all-reduce, fusion buckets,
-  float16 compression, over the transports of ``workbench.runtime``.
+  the compression codecs (fp16/bf16 with loss scaling, top-k, PowerSGD), over the transports
+  of ``workbench.runtime``.
+- ``towers``: one replica's forward and backward built into a client graph on its device.
 - ``data_parallel/``, ``parameter_server/``, ``pipeline/``, ``model_parallel/``: what a device
-  of each strategy family holds and does each step.
+  of each strategy family holds and does each step; the parameter-server and in-graph
+  programs are cut from one client graph by ``place`` and ``partition``.
+- ``custom_loops/``: the device side of ``strategy.run`` and ``ClusterCoordinator``.
 
 What flows in: a :class:`~workbench.training.job.TrainingJob` and a plan from the strategy's
 definition (``workbench.strategies``). What flows out: the trained variables and, through the

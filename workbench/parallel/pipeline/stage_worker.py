@@ -10,6 +10,7 @@ while it computes, so transfers overlap compute.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,11 @@ from workbench.parallel.collectives import (
     SubgroupTransport,
     allreduce,
     plan_buckets,
+)
+from workbench.parallel.collectives.compression import (
+    bucket_codec,
+    dense_allreduce_bytes,
+    parse_compression,
 )
 from workbench.parallel.pipeline.schedules import make_schedule
 from workbench.parallel.pipeline.stages import (
@@ -107,10 +113,19 @@ class StageWorker:
         self.stage_group = SubgroupTransport(
             self.transport, [r * self.stages + self.stage for r in range(self.replicas)]
         )
+        # Hybrid with --compression (top-k or PowerSGD): the stage group's all-reduce goes
+        # through the codec, with this device's own error feedback.
+        self.compression = parse_compression(config.options.get("compression", "none"))
+        self.codec = bucket_codec(
+            self.compression,
+            self.stage_group,
+            lambda transport, array, key: allreduce(transport, array, key),
+            self.buckets,
+            1.0 / self.replicas,
+            config.seed,
+        )
 
     def clock(self) -> float:
-        import time
-
         return time.time() - self.spec.worker.clock_origin
 
     def _rows(self, step: int, microbatch: int):
@@ -191,7 +206,19 @@ class StageWorker:
             self.update.run(feeds, self.state, self.xp)
             self._phase(events, "update", step, start)
             losses.append((step, step_loss if self.last else None))
-        return {"events": events, "losses": losses}
+        report: dict[str, Any] = {"events": events, "losses": losses}
+        if self.compression.compresses:  # what the stage all-reduces would have sent
+            dense = count * self._dense_allreduce_bytes()
+            report["scalars"] = [("gradient_bytes", first + count - 1, dense, self.device)]
+        return report
+
+    def _dense_allreduce_bytes(self) -> int:
+        """Bytes one step's stage all-reduces send from this device uncompressed."""
+        itemsize = np.dtype(self.config.dtype).itemsize
+        return sum(
+            dense_allreduce_bytes("ring", (), b.size, itemsize, self.replica, self.replicas)
+            for b in self.buckets
+        )
 
     def _average_over_replicas(self, step: int, totals: dict, events: list) -> dict:
         """Hybrid: ring all-reduce this stage's gradient sums with the same stage of every
@@ -200,8 +227,8 @@ class StageWorker:
         sent, received = self.transport.bytes_sent, self.transport.bytes_received
         summed = {}
         for index, bucket in enumerate(self.buckets):
-            total = allreduce(self.stage_group, bucket.pack(totals, self.xp), f"s{step}/dp{index}")
-            summed.update(bucket.unpack(total))
+            flat = bucket.pack(totals, self.xp)
+            summed.update(bucket.unpack(self.codec.reduce(flat, f"s{step}/dp{index}", index)))
         self._phase(
             events,
             "allreduce",
