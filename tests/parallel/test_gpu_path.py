@@ -50,6 +50,8 @@ def test_every_synchronous_strategy_on_gpu_devices_matches_one_device(
 ):
     if flags["strategy"] == "hybrid":
         flags = {**flags, "stages": 1}
+    # Two workers and up to three parameter-server shards: one double GPU each.
+    cpu_double_gpus.setenv("DTRAIN_FAKE_GPUS", str(max(4, 2 + flags.get("ps", 0))))
     result = gpu_run(devices=2, **flags)
     assert result.summary["device_type"] == "gpu"
     assert all("device:GPU" in device for device in {e.device for e in result.log.phases()})
