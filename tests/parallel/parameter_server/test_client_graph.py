@@ -12,7 +12,7 @@ from workbench.models.presets import mlp
 from workbench.models.transformer import TokenMean
 from workbench.optim import make_optimizer
 from workbench.parallel.parameter_server.client_graph import build_parameter_server_graph
-from workbench.parallel.parameter_server.messages import decode_push, encode_push, push_bytes
+from workbench.parallel.parameter_server.messages import decode_push, encode_push
 from workbench.parallel.parameter_server.partitioner import place_variables
 from workbench.parallel.parameter_server.table_rendezvous import TableRendezvous
 from workbench.training.graphs import INPUTS, LABELS
@@ -129,14 +129,14 @@ def test_embedding_gradients_travel_as_touched_rows_only():
     touched = set()
     for shard in range(2):
         transfers = graph.pushes(shard, 0)
-        entries = encode_push(rendezvous.sent, transfers, graph.row_sparse)
-        for transfer, entry in zip(transfers, entries):
-            dense = rendezvous.sent[transfer.key]
-            np.testing.assert_array_equal(decode_push(entry, transfer.shape), dense)
+        message = encode_push(rendezvous.sent, transfers, graph.row_sparse)
+        decoded = decode_push(message, transfers)
+        for position, transfer in enumerate(transfers):
+            np.testing.assert_array_equal(decoded[position], rendezvous.sent[transfer.key])
             if transfer.key in graph.row_sparse:
-                indices, rows = entry
+                indices, rows = message.others[position]
                 assert rows.shape == (len(indices), 8)
                 part = next(p for p in graph.pieces if p.shard == shard and p.is_part)
                 touched |= {int(i) + part.rows[0] for i in indices}
-        assert push_bytes(entries) < sum(t.nbytes for t in transfers)
+        assert message.nbytes < sum(t.nbytes for t in transfers)
     assert touched == {1, 2, 3, 900}  # the rows the batch looked up, and only those

@@ -2,18 +2,19 @@
 one shard, in the partition's transfer order.
 
 A pull is one flat array (every variable value the shard sends that worker, concatenated). A
-push is a list with one entry per gradient transfer: the dense array, or for a row-sparse
-gradient (an embedding's) an IndexedSlices-style ``(row indices, rows)`` pair holding only
-the rows that are non-zero, which are the rows the batch looked up. With ``--compression`` a
-dense entry is the codec's :class:`Payload` instead (fp16/bf16, top-k or PowerSGD, with the
-worker's error feedback). The shard turns every entry back into a dense tensor before it
-sums and applies, so dense and sparse pushes give the same bits.
+push (:class:`PushMessage`) is the dense gradients concatenated likewise, and, by transfer
+position, the rest: for a row-sparse gradient (an embedding's) an IndexedSlices-style
+``(row indices, rows)`` pair holding only the rows that are non-zero, which are the rows the
+batch looked up; with ``--compression`` the codec's :class:`Payload` (fp16/bf16, top-k or
+PowerSGD, with the worker's error feedback) for every gradient that is not row-sparse. The
+shard turns every entry back into a dense tensor before it sums and applies, so dense and
+sparse pushes give the same bits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -47,55 +48,81 @@ def unpack_pull(flat: Any, transfers: Sequence[Transfer], keys: Sequence[str]) -
     return out
 
 
+@dataclass(frozen=True)
+class PushMessage:
+    """One push: the dense gradients concatenated in transfer order (one array on the wire,
+    as a pull), and the other entries by transfer position: row-sparse ``(indices, rows)``
+    pairs and compressed :class:`Payload` s."""
+
+    dense: Any | None
+    others: Mapping[int, Any]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes on the wire (a sparse entry's indices included)."""
+        dense = 0 if self.dense is None else int(self.dense.nbytes)
+        return dense + sum(_entry_bytes(entry) for entry in self.others.values())
+
+    def adopted(self, arrays: Any) -> PushMessage:
+        """This message with its arrays on ``arrays``' device (``DeviceArrays.adopt``)."""
+        dense = None if self.dense is None else arrays.adopt(self.dense)
+        return PushMessage(dense, {p: _adopt(e, arrays) for p, e in self.others.items()})
+
+
 def encode_push(
     gradients: Mapping[str, Any],
     transfers: Sequence[Transfer],
     row_sparse,
     xp: Any = np,
     encoder: PushEncoder | None = None,
-) -> list[Any]:
-    """One entry per transfer: the dense gradient, ``(indices, rows)`` when its key is in
-    ``row_sparse``, or the ``encoder``'s compressed :class:`Payload` (``--compression``)."""
-    entries = []
-    for transfer in transfers:
+) -> PushMessage:
+    """The push of ``gradients`` (by transfer key): ``(indices, rows)`` for a key in
+    ``row_sparse``, the ``encoder``'s :class:`Payload` (``--compression``) for the others if
+    there is one, else the dense gradients, packed."""
+    dense, others = [], {}
+    for position, transfer in enumerate(transfers):
         value = gradients[transfer.key]
         if transfer.key in row_sparse:
             touched = xp.flatnonzero(xp.any(value.reshape(value.shape[0], -1) != 0, axis=1))
-            entries.append((touched, value[touched]))
+            others[position] = (touched, value[touched])
         elif encoder is not None:
-            entries.append(encoder.encode(transfer.key, value))
+            others[position] = encoder.encode(transfer.key, value)
         else:
-            entries.append(value)
-    return entries
+            dense.append(value.reshape(-1))
+    return PushMessage(xp.concatenate(dense) if dense else None, others)
 
 
-def adopt_entry(entry: Any, arrays: Any) -> Any:
-    """A push entry as it arrived, its arrays on this device (``DeviceArrays.adopt``)."""
-    if isinstance(entry, Payload):
-        return replace(entry, arrays=tuple(arrays.adopt(array) for array in entry.arrays))
-    if isinstance(entry, tuple):
-        return tuple(arrays.adopt(part) for part in entry)
-    return arrays.adopt(entry)
+def decode_push(message: PushMessage, transfers: Sequence[Transfer], xp: Any = np) -> list:
+    """The dense gradient of every transfer of ``message``, in order (the packed ones are
+    views into ``message.dense``)."""
+    packed = [t for p, t in enumerate(transfers) if p not in message.others]
+    views = (
+        iter(unpack_pull(message.dense, packed, range(len(packed))).values()) if packed else None
+    )
+    return [
+        decode_entry(message.others[p], t.shape, xp) if p in message.others else next(views)
+        for p, t in enumerate(transfers)
+    ]
 
 
-def decode_push(entry: Any, shape: Sequence[int], xp: Any = np) -> Any:
-    """The dense gradient of one push entry."""
+def decode_entry(entry: Any, shape: Sequence[int], xp: Any = np) -> Any:
+    """The dense gradient of a row-sparse pair or a compressed payload."""
     if isinstance(entry, Payload):
         return decode(entry)
-    if not isinstance(entry, tuple):
-        return entry
     indices, rows = entry
     dense = xp.zeros(tuple(shape), dtype=rows.dtype)
     dense[indices] = rows
     return dense
 
 
-def push_bytes(entries: Sequence[Any]) -> int:
-    """Bytes a push puts on the wire (a sparse entry's indices included)."""
-    return sum(
-        sum(int(part.nbytes) for part in entry) if isinstance(entry, tuple) else int(entry.nbytes)
-        for entry in entries
-    )
+def _adopt(entry: Any, arrays: Any) -> Any:
+    if isinstance(entry, Payload):
+        return replace(entry, arrays=tuple(arrays.adopt(array) for array in entry.arrays))
+    return tuple(arrays.adopt(part) for part in entry)
+
+
+def _entry_bytes(entry: Any) -> int:
+    return entry.nbytes if isinstance(entry, Payload) else sum(int(p.nbytes) for p in entry)
 
 
 def dense_bytes(transfers: Sequence[Transfer]) -> int:

@@ -25,12 +25,7 @@ from workbench.parallel.parameter_server.client_graph import (
     ParameterServerGraph,
     learning_rate_feed,
 )
-from workbench.parallel.parameter_server.messages import (
-    adopt_entry,
-    decode_push,
-    pack_pull,
-    push_bytes,
-)
+from workbench.parallel.parameter_server.messages import PushMessage, decode_push, pack_pull
 from workbench.parallel.parameter_server.protocol import (
     ApplyUpdate,
     DropPush,
@@ -137,7 +132,7 @@ class ParameterShard:
         if report is not None:  # a free-running worker's events and losses, for the client
             self.reports.append(report)
         arrived = self.clock()
-        gradients = [adopt_entry(entry, self.arrays) for entry in gradients]
+        gradients = gradients.adopted(self.arrays)
         instructions = self.protocol.handle(Push(worker, step, read_version, gradients))
         self.events.append(
             (
@@ -147,7 +142,7 @@ class ParameterShard:
                 arrived,
                 arrived,
                 0,
-                push_bytes(gradients),
+                gradients.nbytes,
                 self.route,
             )
         )
@@ -244,19 +239,28 @@ class ParameterShard:
         step = update.version // self.spec.workers if self.async_mode else update.version
         received = {}
         if self.spec.in_graph:
-            for worker, entries in zip(update.workers, update.gradients):
-                for transfer, entry in zip(self.pushes[worker], entries):
-                    received[transfer.key] = decode_push(entry, transfer.shape, self.xp)
+            for worker, message in zip(update.workers, update.gradients):
+                transfers = self.pushes[worker]
+                decoded = decode_push(message, transfers, self.xp)
+                received.update({t.key: value for t, value in zip(transfers, decoded)})
         else:
             scale = self.scale if self.async_mode else self.dtype(1.0 / len(update.gradients))
-            for position, transfer in enumerate(self.pushes[0]):
-                pushed = [
-                    decode_push(entries[position], transfer.shape, self.xp)
-                    for entries in update.gradients
-                ]
-                total = pushed[0].copy()
-                for gradient in pushed[1:]:  # worker order: a reproducible sum
-                    total += gradient
+            transfers = self.pushes[0]
+            first, *rest = update.gradients
+            if first.dense is not None:  # one sum over the packed gradients, worker order
+                total = first.dense.copy()
+                for message in rest:
+                    total += message.dense
+                total *= scale
+                first = PushMessage(total, first.others)
+            decoded = [decode_push(m, transfers, self.xp) for m in (first, *rest)]
+            for position, transfer in enumerate(transfers):
+                if position not in first.others:
+                    received[transfer.key] = decoded[0][position]  # summed and scaled above
+                    continue
+                total = decoded[0][position].copy()
+                for values in decoded[1:]:  # worker order: a reproducible sum
+                    total += values[position]
                 total *= scale
                 received[transfer.key] = total
         self.rendezvous.received = received

@@ -28,7 +28,6 @@ from workbench.parallel.parameter_server.client_graph import (
 from workbench.parallel.parameter_server.messages import (
     dense_bytes,
     encode_push,
-    push_bytes,
     unpack_pull,
 )
 from workbench.parallel.parameter_server.partitioner import VariablePiece
@@ -145,7 +144,7 @@ class ParameterServerWorker(GradientWorker):
         pushed = {"sent": 0, "dense": 0, "staleness": [], "dropped": False}
         pushed["version"] = versions[0]
         for shard, transfers in enumerate(self.pushes):
-            entries = encode_push(
+            message = encode_push(
                 gradients, transfers, self.graph.row_sparse, self.xp, self.encoder
             )
             extra = {"report": report} if shard == 0 and report is not None else {}
@@ -156,10 +155,10 @@ class ParameterServerWorker(GradientWorker):
                 worker=self.spec.rank,
                 step=step,
                 read_version=versions[shard],
-                gradients=to_serialize(entries),
+                gradients=to_serialize(message),
                 **extra,
             )
-            pushed["sent"] += push_bytes(entries)
+            pushed["sent"] += message.nbytes
             pushed["dense"] += dense_bytes(transfers)
             if shard == 0:
                 # Shard 0 keeps the run's count: near the end of the budget another shard may
