@@ -1,9 +1,12 @@
 """A parameter-server shard running on a Dask worker (TF's ``/job:ps/task:k``).
 
-Holds its share of the variables and their optimizer slots, answers pulls and pushes that
-arrive as RPCs on the worker's event loop, and feeds them to the sans-IO
-:class:`ShardProtocol`. Updates and reads run on one dedicated thread, in the order the
-protocol issued them, so a pull granted after update v is always answered with update v applied.
+Holds its share of the variables (or parts of them) and their optimizer slots, answers pulls
+and pushes that arrive as RPCs on the worker's event loop, and feeds them to the sans-IO
+:class:`ShardProtocol`. What it runs is its partition of the client graph, cut in two
+(``ParameterServerGraph.serve_program`` and ``apply_program``): a granted pull runs the
+partition's sends, a due update feeds the pushed gradients to its recvs and runs its updates.
+Updates and reads run on one dedicated thread, in the order the protocol issued them, so a
+pull granted after update v is always answered with update v applied.
 """
 
 from __future__ import annotations

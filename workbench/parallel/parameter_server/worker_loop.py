@@ -55,7 +55,6 @@ class ParameterServerWorker(GradientWorker):
     def __init__(self, spec: ParameterServerWorkerSpec) -> None:
         self.ps = spec
         super().__init__(spec.worker)
-        self.tower = 0 if spec.client_graph is None else spec.worker.rank
         # The variables live on the shards: this device keeps only what crosses the wire.
         self.rendezvous = TableRendezvous()
         self.state = {RENDEZVOUS: self.rendezvous}
@@ -85,8 +84,10 @@ class ParameterServerWorker(GradientWorker):
             list(spec.shard_devices),
             spec.pieces,
         )
-        tower = 0 if spec.client_graph is None else spec.worker.rank
-        return tuple(self.model.parameter_shapes()), Executable(self.graph.worker_program(tower))
+        # Between-graph the graph has one tower, this worker's; in-graph, tower i is worker i.
+        self.tower = 0 if spec.client_graph is None else spec.worker.rank
+        program = self.graph.worker_program(self.tower)
+        return tuple(self.model.parameter_shapes()), Executable(program)
 
     def _call(self, shard: int, at_step: int, method: str, **arguments: Any) -> Any:
         rpc = self._worker.rpc(self.ps.shard_addresses[shard])
