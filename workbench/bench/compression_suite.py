@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from workbench.bench.distributed_suites import Progress
+from workbench.config import RunConfig
+from workbench.launch.runner import run_training
 
 TARGET_ACCURACY = 0.95
 TARGET_RATIO = 10.0
@@ -35,9 +37,6 @@ class CompressionSettings:
 
 
 def _run(settings: CompressionSettings, compression: str) -> dict[str, Any]:
-    from workbench.config import RunConfig
-    from workbench.launch.runner import run_training
-
     config = RunConfig(
         strategy=settings.strategy,
         devices=settings.devices,
