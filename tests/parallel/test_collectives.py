@@ -1,13 +1,11 @@
 """Every all-reduce algorithm, 1..8 ranks, awkward sizes: exact sums, identical bytes on every
 rank, and the ring's traffic equal to 2(N-1)/N x S."""
 
-import threading
-
 import numpy as np
 import pytest
 
+from tests.parallel.ranks import on_ranks
 from workbench.parallel.collectives import (
-    ThreadTransport,
     allreduce,
     chunk_bounds,
     plan_buckets,
@@ -20,22 +18,9 @@ ALGORITHMS = ["ring", "hierarchical-copy", "reduce-to-one"]
 
 
 def run_ranks(size, make_input, algorithm):
-    transports = ThreadTransport.group(size, timeout=10)
-    results, errors = [None] * size, []
-
-    def work(rank):
-        try:
-            results[rank] = allreduce(transports[rank], make_input(rank), "t", algorithm)
-        except Exception as error:  # surfaced below with the rank
-            errors.append((rank, error))
-
-    threads = [threading.Thread(target=work, args=(rank,)) for rank in range(size)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    assert not errors, errors
-    return results, transports
+    return on_ranks(
+        size, lambda rank, transport: allreduce(transport, make_input(rank), "t", algorithm)
+    )
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -91,18 +76,10 @@ def test_ring_traffic_is_two_n_minus_one_over_n(size, length):
 
 
 def test_inplace_ring_reduces_into_the_callers_buffer():
-    transports = ThreadTransport.group(2, timeout=10)
     buffers = [np.arange(6, dtype=np.float64), np.ones(6)]
-    results = [None, None]
-
-    def work(rank):
-        results[rank] = ring_allreduce(transports[rank], buffers[rank], "i", inplace=True)
-
-    threads = [threading.Thread(target=work, args=(rank,)) for rank in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    results, _ = on_ranks(
+        2, lambda rank, transport: ring_allreduce(transport, buffers[rank], "i", inplace=True)
+    )
     for rank in range(2):
         np.testing.assert_array_equal(results[rank], np.arange(6) + 1.0)
         assert np.shares_memory(results[rank], buffers[rank])
@@ -126,17 +103,10 @@ def test_float16_wire_halves_traffic_and_keeps_ranks_identical(size):
 
     rng = np.random.default_rng(size)
     inputs = [rng.normal(size=1000).astype(np.float32) for _ in range(size)]
-    transports = ThreadTransport.group(size, timeout=10)
-    results = [None] * size
-
-    def work(rank):
-        results[rank] = compressed_allreduce(ring_allreduce, transports[rank], inputs[rank], "c")
-
-    threads = [threading.Thread(target=work, args=(rank,)) for rank in range(size)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    results, transports = on_ranks(
+        size,
+        lambda rank, transport: compressed_allreduce(ring_allreduce, transport, inputs[rank], "c"),
+    )
     assert all(r.dtype == np.float32 and r.tobytes() == results[0].tobytes() for r in results)
     np.testing.assert_allclose(results[0], np.sum(inputs, axis=0), rtol=1e-2, atol=1e-2)
     full = ring_bytes_per_rank(1000 * 4, size)

@@ -9,11 +9,11 @@ parameter server can use, and the uncompressed byte counts against the collectiv
 from __future__ import annotations
 
 import pickle
-import threading
 
 import numpy as np
 import pytest
 
+from tests.parallel.ranks import on_ranks
 from workbench.parallel.collectives import ThreadTransport, allreduce, plan_buckets
 from workbench.parallel.collectives.compression import (
     COMPRESSION_FORMS,
@@ -41,26 +41,6 @@ from workbench.parallel.collectives.compression.top_k import (
 )
 
 ALGORITHMS = ["ring", "hierarchical-copy", "reduce-to-one"]
-
-
-def on_ranks(size, work):
-    """``work(rank, transport)`` on ``size`` threads; their results, and the transports."""
-    transports = ThreadTransport.group(size, timeout=10)
-    results, errors = [None] * size, []
-
-    def run(rank):
-        try:
-            results[rank] = work(rank, transports[rank])
-        except Exception as error:  # surfaced below with the rank
-            errors.append((rank, error))
-
-    threads = [threading.Thread(target=run, args=(rank,)) for rank in range(size)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    assert not errors, errors
-    return results, transports
 
 
 def dense(algorithm, groups=((0,), (1,))):

@@ -34,13 +34,18 @@ def current_strategy() -> Any:
 
 
 @contextlib.contextmanager
-def strategy_scope(strategy: Any) -> Iterator[Any]:
-    """Models built inside the block remember ``strategy`` (``fit`` trains with it)."""
-    token = _current.set(strategy)
+def _bound(variable: contextvars.ContextVar, value: Any) -> Iterator[Any]:
+    """``variable`` holds ``value`` inside the block, and what it held before after it."""
+    token = variable.set(value)
     try:
-        yield strategy
+        yield value
     finally:
-        _current.reset(token)
+        variable.reset(token)
+
+
+def strategy_scope(strategy: Any) -> contextlib.AbstractContextManager[Any]:
+    """Models built inside the block remember ``strategy`` (``fit`` trains with it)."""
+    return _bound(_current, strategy)
 
 
 def current_replica_context() -> Any:
@@ -48,14 +53,9 @@ def current_replica_context() -> Any:
     return _replica.get()
 
 
-@contextlib.contextmanager
-def replica_scope(context: Any) -> Iterator[Any]:
+def replica_scope(context: Any) -> contextlib.AbstractContextManager[Any]:
     """Run a step function with ``context`` as its replica context (device side)."""
-    token = _replica.set(context)
-    try:
-        yield context
-    finally:
-        _replica.reset(token)
+    return _bound(_replica, context)
 
 
 def register_fit(function: Callable[..., Any]) -> None:

@@ -43,7 +43,7 @@ class GradientWorker:
         self.arrays = spec.device_arrays()
         self.xp = self.arrays.xp
         self.current_step = spec.total_steps
-        self.state = initial_state(spec, self.optimizer, self.arrays)
+        self.state = self.resident_state()
         self.dtype = np.dtype(config.dtype).type
         self.straggler = spec.straggler()
         if spec.reads_own_data:
@@ -58,6 +58,10 @@ class GradientWorker:
             self.model, None, self.config.batch_size // self.spec.replicas, self.config.dtype
         )
         return training.parameter_names, Executable(training.graph)
+
+    def resident_state(self) -> dict[str, Any]:
+        """What stays on this device between steps: every variable and optimizer slot."""
+        return initial_state(self.spec, self.optimizer, self.arrays)
 
     def clock(self) -> float:
         return time.time() - self.spec.clock_origin

@@ -95,14 +95,38 @@ def encode_push(
 def decode_push(message: PushMessage, transfers: Sequence[Transfer], xp: Any = np) -> list:
     """The dense gradient of every transfer of ``message``, in order (the packed ones are
     views into ``message.dense``)."""
-    packed = [t for p, t in enumerate(transfers) if p not in message.others]
-    views = (
-        iter(unpack_pull(message.dense, packed, range(len(packed))).values()) if packed else None
-    )
+    views = _packed_views(message.dense, transfers, message.others)
     return [
         decode_entry(message.others[p], t.shape, xp) if p in message.others else next(views)
         for p, t in enumerate(transfers)
     ]
+
+
+def average_pushes(
+    messages: Sequence[PushMessage], transfers: Sequence[Transfer], scale: Any, xp: Any = np
+) -> list:
+    """``scale`` times the sum of the workers' pushes (in their order: a reproducible sum),
+    per transfer: the packed gradients summed as one array, the others densified first."""
+    first, *rest = messages
+    total = None
+    if first.dense is not None:
+        total = first.dense.copy()
+        for message in rest:
+            total += message.dense
+        total *= scale
+    views = _packed_views(total, transfers, first.others)
+    out = []
+    for position, transfer in enumerate(transfers):
+        if position not in first.others:
+            out.append(next(views))
+            continue
+        pushed = [decode_entry(m.others[position], transfer.shape, xp) for m in messages]
+        summed = pushed[0].copy()
+        for gradient in pushed[1:]:
+            summed += gradient
+        summed *= scale
+        out.append(summed)
+    return out
 
 
 def decode_entry(entry: Any, shape: Sequence[int], xp: Any = np) -> Any:
@@ -113,6 +137,12 @@ def decode_entry(entry: Any, shape: Sequence[int], xp: Any = np) -> Any:
     dense = xp.zeros(tuple(shape), dtype=rows.dtype)
     dense[indices] = rows
     return dense
+
+
+def _packed_views(flat: Any, transfers: Sequence[Transfer], others: Mapping[int, Any]):
+    """An iterator over ``flat``'s views, one per transfer not among ``others``, in order."""
+    packed = [t for p, t in enumerate(transfers) if p not in others]
+    return iter(unpack_pull(flat, packed, range(len(packed))).values() if packed else ())
 
 
 def _adopt(entry: Any, arrays: Any) -> Any:

@@ -28,7 +28,11 @@ from workbench.parallel.parameter_server.client_graph import (
     ParameterServerGraph,
     learning_rate_feed,
 )
-from workbench.parallel.parameter_server.messages import PushMessage, decode_push, pack_pull
+from workbench.parallel.parameter_server.messages import (
+    average_pushes,
+    decode_push,
+    pack_pull,
+)
 from workbench.parallel.parameter_server.protocol import (
     ApplyUpdate,
     DropPush,
@@ -249,23 +253,8 @@ class ParameterShard:
         else:
             scale = self.scale if self.async_mode else self.dtype(1.0 / len(update.gradients))
             transfers = self.pushes[0]
-            first, *rest = update.gradients
-            if first.dense is not None:  # one sum over the packed gradients, worker order
-                total = first.dense.copy()
-                for message in rest:
-                    total += message.dense
-                total *= scale
-                first = PushMessage(total, first.others)
-            decoded = [decode_push(m, transfers, self.xp) for m in (first, *rest)]
-            for position, transfer in enumerate(transfers):
-                if position not in first.others:
-                    received[transfer.key] = decoded[0][position]  # summed and scaled above
-                    continue
-                total = decoded[0][position].copy()
-                for values in decoded[1:]:  # worker order: a reproducible sum
-                    total += values[position]
-                total *= scale
-                received[transfer.key] = total
+            averaged = average_pushes(update.gradients, transfers, scale, self.xp)
+            received = {t.key: value for t, value in zip(transfers, averaged)}
         self.rendezvous.received = received
         feeds = {self.learning_rate_feed: self.arrays.scalar(self.dtype(self.schedule(step)))}
         self.update.run(feeds, self.state, self.xp)

@@ -55,9 +55,8 @@ class ParameterServerWorker(GradientWorker):
     def __init__(self, spec: ParameterServerWorkerSpec) -> None:
         self.ps = spec
         super().__init__(spec.worker)
-        # The variables live on the shards: this device keeps only what crosses the wire.
-        self.rendezvous = TableRendezvous()
-        self.state = {RENDEZVOUS: self.rendezvous}
+        # What each placeholder of the partition wants (tower_0/inputs -> inputs).
+        self.feed_of = {name: feed_parts(name)[1] for name in self.gradients.placeholders}
         self.pulls = [self.graph.pulls(k, self.tower) for k in range(len(spec.shard_devices))]
         self.pushes = [self.graph.pushes(k, self.tower) for k in range(len(spec.shard_devices))]
         self.loss_key = next(key for key in self.gradients.fetches if key.endswith("loss"))
@@ -88,6 +87,11 @@ class ParameterServerWorker(GradientWorker):
         self.tower = 0 if spec.client_graph is None else spec.worker.rank
         program = self.graph.worker_program(self.tower)
         return tuple(self.model.parameter_shapes()), Executable(program)
+
+    def resident_state(self) -> dict[str, Any]:
+        """The variables live on the shards: this device keeps only what crosses the wire."""
+        self.rendezvous = TableRendezvous()
+        return {RENDEZVOUS: self.rendezvous}
 
     def _call(self, shard: int, at_step: int, method: str, **arguments: Any) -> Any:
         rpc = self._worker.rpc(self.ps.shard_addresses[shard])
@@ -133,7 +137,7 @@ class ParameterServerWorker(GradientWorker):
         by_feed = {INPUTS: inputs, LABELS: labels}
         if self.model.uses_dropout:
             by_feed[DROPOUT_SEED] = dropout_seed(self.config.seed, step)
-        feeds = {name: by_feed[feed_parts(name)[1]] for name in self.gradients.placeholders}
+        feeds = {name: by_feed[feed] for name, feed in self.feed_of.items()}
         self.rendezvous.sent = {}
         with self.straggler.computing():
             out = self.gradients.run(feeds, self.state, self.xp)
