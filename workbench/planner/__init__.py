@@ -1,0 +1,2 @@
+"""The what-if planner: each strategy's step, built as simulator programs from a cost model.
+"""
