@@ -4,4 +4,73 @@ What flows in: each device's program (an ordered list of compute, send and recei
 one or more streams) and a link model (latency and bandwidth between any two devices). What
 flows out: every action's start and end, each device's busy time and the step's makespan. No
 clocks, no I/O: the same inputs give the same timeline, so tests are literal.
+
+- ``programs``: the actions; ``links``: the link model (the sender puts its bytes on the link,
+  the message arrives a latency later, one transfer at a time per directed link);
+  ``engine``: :func:`simulate`; ``timeline``: what it returns.
+- ``collectives``: programs of our all-reduce algorithms (ring, reduce-to-one, hierarchical)
+  and ``push_pull`` (central storage, parameter servers); ``lockstep_ring``: a ring simulated
+  for all ranks at once, so thousands of devices take seconds.
+- ``pipeline_programs``: a pipeline step from a GPipe or 1F1B schedule, its bubble and peak
+  micro-batches in flight.
+- ``clusters`` and ``cluster_text``: described clusters (presets, ``--what-if-cluster``).
 """
+
+from workbench.simulate.cluster_text import parse_cluster, parse_link
+from workbench.simulate.clusters import (
+    DEVICES,
+    PRESETS,
+    ClusterDescription,
+    DeviceDescription,
+    hosts_of,
+)
+from workbench.simulate.collectives import (
+    ALLREDUCE_ALGORITHMS,
+    allreduce,
+    broadcast,
+    hierarchical_allreduce,
+    reduce,
+    reduce_to_one,
+    ring_allreduce,
+)
+from workbench.simulate.engine import DeadlockError, simulate
+from workbench.simulate.links import Link, LinkModel, uniform
+from workbench.simulate.pipeline_programs import peak_in_flight, pipeline_bubble, pipeline_programs
+from workbench.simulate.programs import Action, Compute, Recv, RingAllReduce, Send, Signal, Wait
+from workbench.simulate.push_pull import push_pull
+from workbench.simulate.timeline import Interval, Timeline
+
+__all__ = [
+    "ALLREDUCE_ALGORITHMS",
+    "DEVICES",
+    "PRESETS",
+    "Action",
+    "ClusterDescription",
+    "Compute",
+    "DeadlockError",
+    "DeviceDescription",
+    "Interval",
+    "Link",
+    "LinkModel",
+    "Recv",
+    "RingAllReduce",
+    "Send",
+    "Signal",
+    "Timeline",
+    "Wait",
+    "allreduce",
+    "broadcast",
+    "hierarchical_allreduce",
+    "hosts_of",
+    "parse_cluster",
+    "parse_link",
+    "peak_in_flight",
+    "pipeline_bubble",
+    "pipeline_programs",
+    "push_pull",
+    "reduce",
+    "reduce_to_one",
+    "ring_allreduce",
+    "simulate",
+    "uniform",
+]

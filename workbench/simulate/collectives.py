@@ -1,0 +1,309 @@
+"""Programs for one all-reduce of one tensor, as our collectives run it.
+
+Each builder returns ``{device: [actions]}`` for a tensor of ``nbytes`` over ``devices`` (rank
+order), mirroring ``workbench/parallel/collectives`` step for step: the same messages in the
+same order, the same chunks and slices, the adds on the receiving side. Adds cost
+``add_seconds_per_byte`` per received byte; every action is in phase ``allreduce``. Programs
+of several collectives (buckets) concatenate per device, with distinct keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from workbench.simulate.programs import MAIN, Action, Compute, Recv, RingAllReduce, Send
+
+Programs = dict[str, list[Action]]
+
+ALLREDUCE_ALGORITHMS = ("ring", "hierarchical-copy", "reduce-to-one")
+SLICE_BYTES = 2 << 20  # workbench.parallel.collectives.ring.SLICE_BYTES
+# Above this many ranks a ring is one vectorised action per rank (lockstep_ring), not ~12(N-1)
+# explicit ones: the same times, but one interval per rank instead of one per message.
+VECTORISE_ABOVE = 32
+
+
+def chunk_bounds(length: int, parts: int) -> list[tuple[int, int]]:
+    """``length`` elements in ``parts`` contiguous chunks whose sizes differ by <= 1 (the
+    ring's split, ``workbench.parallel.collectives.ring.chunk_bounds``).
+
+    Examples
+    --------
+    >>> chunk_bounds(10, 4)
+    [(0, 2), (2, 5), (5, 8), (8, 10)]
+    """
+    edges = np.linspace(0, length, parts + 1).round().astype(int)
+    return [(int(edges[i]), int(edges[i + 1])) for i in range(parts)]
+
+
+def ring_allreduce(
+    devices: Sequence[str],
+    nbytes: int,
+    add_seconds_per_byte: float,
+    key: str,
+    *,
+    itemsize: int = 4,
+    slice_bytes: int = SLICE_BYTES,
+    vectorised: bool | None = None,
+    phase: str = "allreduce",
+    stream: str = MAIN,
+) -> Programs:
+    """Reduce-scatter then all-gather around ``devices``, N-1 steps each.
+
+    In step s of the reduce-scatter rank r sends chunk r-s to rank r+1 and receives chunk
+    r-s-1 from rank r-1, then adds it; in the all-gather it sends chunk r+1-s and receives
+    chunk r-s. A chunk travels in slices of at most ``slice_bytes``, the next slice sent
+    before the current one is received. ``vectorised`` (default: above ``VECTORISE_ABOVE``
+    ranks) gives each rank one :class:`RingAllReduce` action instead, with the same times.
+
+    Examples
+    --------
+    >>> programs = ring_allreduce(["a", "b"], 16, 0.0, "g")
+    >>> [action.key for action in programs["a"]]
+    ['g/rs0/0', 'g/rs0/0', 'g/ag0/0', 'g/ag0/0']
+    >>> ring_allreduce(["a", "b"], 16, 0.0, "g", vectorised=True)["b"][0].chunk_elements
+    (2, 2)
+    """
+    elements = _elements(nbytes, itemsize)
+    size = len(devices)
+    if size == 1:
+        return {devices[0]: []}
+    slice_elements = max(1, slice_bytes // itemsize)
+    bounds = chunk_bounds(elements, size)
+    if vectorised or (vectorised is None and size > VECTORISE_ABOVE):
+        chunks = tuple(hi - lo for lo, hi in bounds)
+        ring = RingAllReduce(
+            tuple(devices),
+            chunks,
+            itemsize,
+            slice_elements,
+            add_seconds_per_byte,
+            key,
+            phase,
+            stream,
+        )
+        return {device: [ring] for device in devices}
+    programs: Programs = {}
+    for rank, device in enumerate(devices):
+        step = _RingStep(
+            devices[(rank + 1) % size], devices[(rank - 1) % size], itemsize, phase, stream
+        )
+        actions: list[Action] = []
+        for s in range(size - 1):
+            outgoing, incoming = bounds[(rank - s) % size], bounds[(rank - s - 1) % size]
+            add = add_seconds_per_byte
+            actions += step.actions(f"{key}/rs{s}", outgoing, incoming, slice_elements, add)
+        for s in range(size - 1):
+            outgoing, incoming = bounds[(rank + 1 - s) % size], bounds[(rank - s) % size]
+            actions += step.actions(f"{key}/ag{s}", outgoing, incoming, slice_elements, 0.0)
+        programs[device] = actions
+    return programs
+
+
+class _RingStep:
+    """One step of one rank: its neighbours and how its actions are labelled."""
+
+    def __init__(self, right: str, left: str, itemsize: int, phase: str, stream: str) -> None:
+        self.right, self.left, self.itemsize = right, left, itemsize
+        self.phase, self.stream = phase, stream
+
+    def actions(
+        self,
+        key: str,
+        outgoing: tuple[int, int],
+        incoming: tuple[int, int],
+        slice_elements: int,
+        add_seconds_per_byte: float,
+    ) -> list[Action]:
+        sends = _slice_lengths(outgoing, slice_elements)
+        receives = _slice_lengths(incoming, slice_elements)
+        actions: list[Action] = [self._send(f"{key}/0", sends[0])]
+        for index, length in enumerate(receives):
+            if index + 1 < len(sends):
+                actions.append(self._send(f"{key}/{index + 1}", sends[index + 1]))
+            actions.append(Recv(self.left, f"{key}/{index}", self.phase, self.stream))
+            seconds = length * self.itemsize * add_seconds_per_byte
+            if seconds > 0:
+                actions.append(Compute(seconds, "add", self.phase, self.stream))
+        return actions
+
+    def _send(self, key: str, elements: int) -> Send:
+        return Send(self.right, elements * self.itemsize, key, self.phase, self.stream)
+
+
+def _slice_lengths(bounds: tuple[int, int], slice_elements: int) -> list[int]:
+    """A chunk's slices (an empty chunk is one empty slice, as the real ring sends it)."""
+    lo, hi = bounds
+    return [min(slice_elements, hi - start) for start in range(lo, hi, slice_elements)] or [0]
+
+
+def reduce_to_one(
+    devices: Sequence[str],
+    nbytes: int,
+    add_seconds_per_byte: float,
+    key: str,
+    root: int = 0,
+    *,
+    phase: str = "allreduce",
+    stream: str = MAIN,
+) -> Programs:
+    """Everyone sends to the root, which receives and adds in rank order, then sends the sum
+    to each peer in rank order (``reduce_to_one.py``: ``{key}/reduce``, ``{key}/broadcast``).
+
+    Examples
+    --------
+    >>> [type(a).__name__ for a in reduce_to_one(["a", "b"], 8, 1e-9, "g")["a"]]
+    ['Recv', 'Compute', 'Send']
+    """
+    return _concat(
+        reduce(devices, nbytes, add_seconds_per_byte, key, root, phase=phase, stream=stream),
+        broadcast(devices, nbytes, key, root, phase=phase, stream=stream),
+    )
+
+
+def reduce(
+    devices: Sequence[str],
+    nbytes: int,
+    add_seconds_per_byte: float,
+    key: str,
+    root: int = 0,
+    *,
+    phase: str = "allreduce",
+    stream: str = MAIN,
+) -> Programs:
+    """The reduce half of :func:`reduce_to_one`: the sum ends on ``devices[root]``.
+
+    Examples
+    --------
+    >>> reduce(["a", "b"], 8, 0.0, "g")["b"]
+    [Send(to='a', nbytes=8, key='g/reduce', phase='allreduce', stream='main')]
+    """
+    programs: Programs = {device: [] for device in devices}
+    if len(devices) == 1:
+        return programs
+    top = devices[root]
+    for peer in devices:
+        if peer == top:
+            continue
+        programs[peer].append(Send(top, nbytes, f"{key}/reduce", phase, stream))
+        programs[top].append(Recv(peer, f"{key}/reduce", phase, stream))
+        if nbytes * add_seconds_per_byte > 0:
+            programs[top].append(Compute(nbytes * add_seconds_per_byte, "add", phase, stream))
+    return programs
+
+
+def broadcast(
+    devices: Sequence[str],
+    nbytes: int,
+    key: str,
+    root: int = 0,
+    *,
+    phase: str = "allreduce",
+    stream: str = MAIN,
+) -> Programs:
+    """``devices[root]`` sends its tensor to each peer in rank order (``{key}/broadcast``).
+
+    Examples
+    --------
+    >>> broadcast(["a", "b"], 8, "v")["b"]
+    [Recv(source='a', key='v/broadcast', phase='allreduce', stream='main')]
+    """
+    programs: Programs = {device: [] for device in devices}
+    top = devices[root]
+    for peer in devices:
+        if peer != top:
+            programs[top].append(Send(peer, nbytes, f"{key}/broadcast", phase, stream))
+            programs[peer].append(Recv(top, f"{key}/broadcast", phase, stream))
+    return programs
+
+
+def hierarchical_allreduce(
+    groups: Sequence[Sequence[str]],
+    nbytes: int,
+    add_seconds_per_byte: float,
+    key: str,
+    *,
+    itemsize: int = 4,
+    slice_bytes: int = SLICE_BYTES,
+    vectorised: bool | None = None,
+    phase: str = "allreduce",
+    stream: str = MAIN,
+) -> Programs:
+    """Reduce inside each group to its leader (its first member), a ring among the leaders in
+    group order, then each leader broadcasts inside its group (``hierarchical.py``: keys
+    ``{key}/local``, ``{key}/leaders``, ``{key}/spread``).
+
+    Examples
+    --------
+    >>> programs = hierarchical_allreduce([["a", "b"], ["c", "d"]], 16, 0.0, "g")
+    >>> [getattr(action, "key") for action in programs["b"]]
+    ['g/local/reduce', 'g/spread/broadcast']
+    """
+    labels = {"phase": phase, "stream": stream}
+    local = [reduce(g, nbytes, add_seconds_per_byte, f"{key}/local", **labels) for g in groups]
+    ring = ring_allreduce(
+        [group[0] for group in groups],
+        nbytes,
+        add_seconds_per_byte,
+        f"{key}/leaders",
+        itemsize=itemsize,
+        slice_bytes=slice_bytes,
+        vectorised=vectorised,
+        **labels,
+    )
+    spread = [broadcast(g, nbytes, f"{key}/spread", **labels) for g in groups]
+    return _concat(*local, ring, *spread)
+
+
+def allreduce(
+    devices: Sequence[str],
+    nbytes: int,
+    add_seconds_per_byte: float,
+    key: str,
+    algorithm: str = "ring",
+    groups: Sequence[Sequence[str]] | None = None,
+    *,
+    itemsize: int = 4,
+    vectorised: bool | None = None,
+    phase: str = "allreduce",
+    stream: str = MAIN,
+) -> Programs:
+    """An ``--allreduce`` algorithm by name, falling back to reduce-to-one for a tensor with
+    fewer elements than ranks as ``workbench.parallel.collectives.allreduce`` does.
+    ``groups`` (hierarchical-copy only) partitions ``devices``, e.g. by host.
+
+    Examples
+    --------
+    >>> programs = allreduce(["a", "b", "c"], 8, 0.0, "g")  # 2 elements, 3 ranks
+    >>> programs["b"][0].key
+    'g/reduce'
+    """
+    if algorithm not in ALLREDUCE_ALGORITHMS:
+        raise ValueError(
+            f"unknown all-reduce algorithm {algorithm!r}; one of {ALLREDUCE_ALGORITHMS}"
+        )
+    labels = {"phase": phase, "stream": stream}
+    if _elements(nbytes, itemsize) < len(devices) or algorithm == "reduce-to-one":
+        return reduce_to_one(devices, nbytes, add_seconds_per_byte, key, **labels)
+    sized = {"itemsize": itemsize, "vectorised": vectorised, **labels}
+    if algorithm == "ring":
+        return ring_allreduce(devices, nbytes, add_seconds_per_byte, key, **sized)
+    if groups is None or sorted(d for g in groups for d in g) != sorted(devices):
+        raise ValueError("hierarchical-copy needs groups that partition the devices")
+    return hierarchical_allreduce(groups, nbytes, add_seconds_per_byte, key, **sized)
+
+
+def _elements(nbytes: int, itemsize: int) -> int:
+    if nbytes < 0 or nbytes % itemsize:
+        raise ValueError(f"a tensor of {nbytes} bytes is not whole {itemsize}-byte elements")
+    return nbytes // itemsize
+
+
+def _concat(*parts: Programs) -> Programs:
+    """Each device's actions from every part, part after part."""
+    programs: Programs = {}
+    for part in parts:
+        for device, actions in part.items():
+            programs.setdefault(device, []).extend(actions)
+    return programs
