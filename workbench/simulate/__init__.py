@@ -8,8 +8,8 @@ clocks, no I/O: the same inputs give the same timeline, so tests are literal.
 - ``programs``: the actions; ``links``: the link model (the sender puts its bytes on the link,
   the message arrives a latency later, one transfer at a time per directed link);
   ``engine``: :func:`simulate`; ``timeline``: what it returns.
-- ``collectives``: programs of our all-reduce algorithms (ring, reduce-to-one, hierarchical)
-  and ``push_pull`` (central storage, parameter servers); ``lockstep_ring``: a ring simulated
+- ``collectives``: programs of our all-reduce algorithms (ring, reduce-to-one, hierarchical);
+  ``push_pull``: central storage and parameter servers; ``lockstep_ring``: a ring simulated
   for all ranks at once, so thousands of devices take seconds.
 - ``pipeline_programs``: a pipeline step from a GPipe or 1F1B schedule, its bubble and peak
   micro-batches in flight.
