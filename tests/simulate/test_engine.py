@@ -216,3 +216,13 @@ def test_a_timeline_refuses_devices_it_never_simulated():
     assert timeline.makespan == 0.0
     with pytest.raises(KeyError, match="'b' is not one of the simulated devices"):
         timeline.busy("b")
+
+
+def test_rings_that_share_a_key_but_not_their_members_are_refused():
+    programs = {
+        "a": [RingAllReduce(("a", "b"), (1, 1), 4, 1, 0.0, "g")],
+        "b": [],
+        "c": [RingAllReduce(("c", "a"), (1, 1), 4, 1, 0.0, "g")],
+    }
+    with pytest.raises(ValueError, match="describe different rings"):
+        simulate(programs, ONE_MB_PER_SECOND)

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.simulate import Compute, Link, Recv, Send, parse_cluster, ring_allreduce, simulate
+from workbench.simulate import (
+    Compute,
+    Link,
+    Recv,
+    Send,
+    Signal,
+    Wait,
+    parse_cluster,
+    ring_allreduce,
+    simulate,
+)
 
 ITEMSIZE = 4
 
@@ -85,3 +95,37 @@ def test_thousands_of_ranks_cost_steps_not_events():
     bound = 2 * (size - 1) / size * nbytes / cluster.inter.bandwidth
     assert bound < timeline.makespan < 1.05 * bound + 2 * (size - 1) * cluster.inter.latency
     assert timeline.bytes_sent("host100/gpu3") == pytest.approx(2 * nbytes, rel=1e-3)
+
+
+def test_bucketed_rings_on_a_communication_stream_overlap_backward():
+    """DDP's shape on 64 devices: backward signals each bucket, the communication stream
+    reduces the buckets in order, the update waits for the last one."""
+    cluster = parse_cluster("hosts=8,gpus-per-host=8,intra=nvlink:450GB/s,inter=ib:400Gb/s")
+    bucket = 25 * 2**20
+    programs = {device: [] for device in cluster.devices}
+    for index in range(2):
+        rings = ring_allreduce(
+            cluster.devices, bucket, 0.0, f"b{index}", stream="communication", vectorised=True
+        )
+        for device in cluster.devices:
+            programs[device] += [
+                Compute(0.01, f"backward {index}", stream="compute"),
+                Signal(f"bucket {index}", stream="compute"),
+                Wait(f"bucket {index}", stream="communication"),
+                *rings[device],
+            ]
+    for device in cluster.devices:
+        programs[device] += [
+            Signal("reduced", stream="communication"),
+            Wait("reduced", stream="compute"),
+            Compute(0.002, "update", phase="update", stream="compute"),
+        ]
+    timeline = simulate(programs, cluster.link)
+    first, second = timeline.of("host3/gpu5", "allreduce")
+    one_ring = first.end - first.start
+    assert (first.start, second.start) == (0.01, max(0.02, first.end))
+    assert second.end - second.start == pytest.approx(one_ring)
+    (update,) = timeline.of("host3/gpu5", "update")
+    assert update.start == second.end
+    last_ring = max(i.end for d in cluster.devices for i in timeline.of(d, "allreduce"))
+    assert timeline.makespan == last_ring + 0.002

@@ -8,9 +8,11 @@ clocks, no I/O: the same inputs give the same timeline, so tests are literal.
 - ``programs``: the actions; ``links``: the link model (the sender puts its bytes on the link,
   the message arrives a latency later, one transfer at a time per directed link);
   ``engine``: :func:`simulate`; ``timeline``: what it returns.
-- ``collectives``: programs of our all-reduce algorithms (ring, reduce-to-one, hierarchical);
-  ``push_pull``: central storage and parameter servers; ``lockstep_ring``: a ring simulated
-  for all ranks at once, so thousands of devices take seconds.
+- ``collectives``: programs of our all-reduce algorithms (ring, hierarchical, and one by
+  its ``--allreduce`` name); ``reduce_broadcast``: reduce-to-one, its halves, and ``concat``
+  to chain programs; ``push_pull``: central storage and parameter servers;
+  ``lockstep_ring``: a ring simulated for all ranks at once, so thousands of devices take
+  seconds.
 - ``pipeline_programs``: a pipeline step from a GPipe or 1F1B schedule, its bubble and peak
   micro-batches in flight.
 - ``clusters`` and ``cluster_text``: described clusters (presets, ``--what-if-cluster``).
@@ -27,10 +29,7 @@ from workbench.simulate.clusters import (
 from workbench.simulate.collectives import (
     ALLREDUCE_ALGORITHMS,
     allreduce,
-    broadcast,
     hierarchical_allreduce,
-    reduce,
-    reduce_to_one,
     ring_allreduce,
 )
 from workbench.simulate.engine import DeadlockError, simulate
@@ -38,6 +37,7 @@ from workbench.simulate.links import Link, LinkModel, uniform
 from workbench.simulate.pipeline_programs import peak_in_flight, pipeline_bubble, pipeline_programs
 from workbench.simulate.programs import Action, Compute, Recv, RingAllReduce, Send, Signal, Wait
 from workbench.simulate.push_pull import push_pull
+from workbench.simulate.reduce_broadcast import broadcast, concat, reduce, reduce_to_one
 from workbench.simulate.timeline import Interval, Timeline
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "Wait",
     "allreduce",
     "broadcast",
+    "concat",
     "hierarchical_allreduce",
     "hosts_of",
     "parse_cluster",

@@ -14,13 +14,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from workbench.simulate.programs import MAIN, Action, Compute, Recv, RingAllReduce, Send
-
-Programs = dict[str, list[Action]]
+from workbench.simulate.reduce_broadcast import Programs, broadcast, concat, reduce, reduce_to_one
 
 ALLREDUCE_ALGORITHMS = ("ring", "hierarchical-copy", "reduce-to-one")
 SLICE_BYTES = 2 << 20  # workbench.parallel.collectives.ring.SLICE_BYTES
-# Above this many ranks a ring is one vectorised action per rank (lockstep_ring), not ~12(N-1)
-# explicit ones: the same times, but one interval per rank instead of one per message.
+# Above this many ranks a ring is one vectorised action per rank (lockstep_ring), not some
+# 5(N-1) explicit ones: the same times, but one interval per rank instead of one per message.
 VECTORISE_ABOVE = 32
 
 
@@ -138,86 +137,6 @@ def _slice_lengths(bounds: tuple[int, int], slice_elements: int) -> list[int]:
     return [min(slice_elements, hi - start) for start in range(lo, hi, slice_elements)] or [0]
 
 
-def reduce_to_one(
-    devices: Sequence[str],
-    nbytes: int,
-    add_seconds_per_byte: float,
-    key: str,
-    root: int = 0,
-    *,
-    phase: str = "allreduce",
-    stream: str = MAIN,
-) -> Programs:
-    """Everyone sends to the root, which receives and adds in rank order, then sends the sum
-    to each peer in rank order (``reduce_to_one.py``: ``{key}/reduce``, ``{key}/broadcast``).
-
-    Examples
-    --------
-    >>> [type(a).__name__ for a in reduce_to_one(["a", "b"], 8, 1e-9, "g")["a"]]
-    ['Recv', 'Compute', 'Send']
-    """
-    return _concat(
-        reduce(devices, nbytes, add_seconds_per_byte, key, root, phase=phase, stream=stream),
-        broadcast(devices, nbytes, key, root, phase=phase, stream=stream),
-    )
-
-
-def reduce(
-    devices: Sequence[str],
-    nbytes: int,
-    add_seconds_per_byte: float,
-    key: str,
-    root: int = 0,
-    *,
-    phase: str = "allreduce",
-    stream: str = MAIN,
-) -> Programs:
-    """The reduce half of :func:`reduce_to_one`: the sum ends on ``devices[root]``.
-
-    Examples
-    --------
-    >>> reduce(["a", "b"], 8, 0.0, "g")["b"]
-    [Send(to='a', nbytes=8, key='g/reduce', phase='allreduce', stream='main')]
-    """
-    programs: Programs = {device: [] for device in devices}
-    if len(devices) == 1:
-        return programs
-    top = devices[root]
-    for peer in devices:
-        if peer == top:
-            continue
-        programs[peer].append(Send(top, nbytes, f"{key}/reduce", phase, stream))
-        programs[top].append(Recv(peer, f"{key}/reduce", phase, stream))
-        if nbytes * add_seconds_per_byte > 0:
-            programs[top].append(Compute(nbytes * add_seconds_per_byte, "add", phase, stream))
-    return programs
-
-
-def broadcast(
-    devices: Sequence[str],
-    nbytes: int,
-    key: str,
-    root: int = 0,
-    *,
-    phase: str = "allreduce",
-    stream: str = MAIN,
-) -> Programs:
-    """``devices[root]`` sends its tensor to each peer in rank order (``{key}/broadcast``).
-
-    Examples
-    --------
-    >>> broadcast(["a", "b"], 8, "v")["b"]
-    [Recv(source='a', key='v/broadcast', phase='allreduce', stream='main')]
-    """
-    programs: Programs = {device: [] for device in devices}
-    top = devices[root]
-    for peer in devices:
-        if peer != top:
-            programs[top].append(Send(peer, nbytes, f"{key}/broadcast", phase, stream))
-            programs[peer].append(Recv(top, f"{key}/broadcast", phase, stream))
-    return programs
-
-
 def hierarchical_allreduce(
     groups: Sequence[Sequence[str]],
     nbytes: int,
@@ -253,7 +172,7 @@ def hierarchical_allreduce(
         **labels,
     )
     spread = [broadcast(g, nbytes, f"{key}/spread", **labels) for g in groups]
-    return _concat(*local, ring, *spread)
+    return concat(*local, ring, *spread)
 
 
 def allreduce(
@@ -298,12 +217,3 @@ def _elements(nbytes: int, itemsize: int) -> int:
     if nbytes < 0 or nbytes % itemsize:
         raise ValueError(f"a tensor of {nbytes} bytes is not whole {itemsize}-byte elements")
     return nbytes // itemsize
-
-
-def _concat(*parts: Programs) -> Programs:
-    """Each device's actions from every part, part after part."""
-    programs: Programs = {}
-    for part in parts:
-        for device, actions in part.items():
-            programs.setdefault(device, []).extend(actions)
-    return programs

@@ -6,6 +6,10 @@ runs that action (busy until some time, or blocked on a message, a signal or the
 of a ring) and queues what becomes ready. Ties go by device order (the programs' order), then by
 action order, so the same inputs give the same timeline. When the queue is empty and some
 stream has not finished, nothing will ever move it: :class:`DeadlockError` names them.
+
+A :class:`RingAllReduce` waits until every member has reached it, then
+:mod:`~workbench.simulate.lockstep_ring` plays the whole ring from each member's arrival time;
+the times are the explicit ring's unless other traffic uses the ring's links while it runs.
 """
 
 from __future__ import annotations
@@ -214,10 +218,11 @@ class _Engine:
             return
         del self.ring_arrivals[ring.key]
         members = [self.number[name] for name in ring.devices]
-        for member in members:
-            theirs = self.actions[member][joined[member][0]]
-            if replace(theirs, phase=ring.phase, stream=ring.stream) != ring:
-                raise ValueError(f"ring {ring.key!r}: its members describe different rings")
+        if set(joined) != set(members) or any(
+            replace(self.actions[m][joined[m][0]], phase=ring.phase, stream=ring.stream) != ring
+            for m in members
+        ):
+            raise ValueError(f"ring {ring.key!r}: its members describe different rings")
         pairs = [
             (name, ring.devices[(r + 1) % len(members)]) for r, name in enumerate(ring.devices)
         ]

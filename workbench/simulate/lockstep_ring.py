@@ -1,13 +1,14 @@
 """A ring all-reduce simulated for every rank at once, with NumPy.
 
 The explicit program of a ring (:func:`workbench.simulate.collectives.ring_allreduce` with
-``vectorised=False``) has about 6 actions per rank and step, 2(N-1) steps: 4096 ranks would be
-some 200 million events, hours in Python. But every rank runs the same steps in the same order,
-each step's receive waits only on the left neighbour's send of the same step and slice, and the
-link from rank r to rank r+1 carries only rank r's sends. So processing the events step by
-step, slice by slice, for all ranks together is a valid event order, and each of those rounds
-is a few array operations over the ranks: the times are the same numbers, computed with the
-same formulas as :mod:`workbench.simulate.engine` (tests check they agree exactly).
+``vectorised=False``) has 2 or 3 actions per rank and step, 2(N-1) steps: 4096 ranks would be
+some 80 million events, minutes of Python and tens of gigabytes of intervals. But every rank
+runs the same steps in the same order, each step's receive waits only on the left neighbour's
+send of the same step and slice, and the link from rank r to rank r+1 carries only rank r's
+sends. So processing the events step by step, slice by slice, for all ranks together is a
+valid event order, and each of those rounds is a few array operations over the ranks: the
+times are the same numbers, computed with the same formulas as
+:mod:`workbench.simulate.engine` (tests check they agree exactly).
 
 What this does not see: anything else on the ring's links while it runs. The engine hands the
 links to a ring with whatever is still queued on them, and takes them back when it ends.
