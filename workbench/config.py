@@ -145,6 +145,7 @@ class RunConfig:
     replacement_timeout: float = 30.0
     simulate_straggler: tuple[tuple[str, float], ...] = ()
     simulate_overflow: tuple[int, ...] = ()
+    no_calibrate: bool = False
     json: bool = False
     # The strategy's options by name; after validation, every option the strategy declares.
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -354,6 +355,12 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "(--compression fp16 or bf16; repeatable)",
         parse=parse_overflow_step,
         repeatable=True,
+    ),
+    _run_option(
+        "no_calibrate",
+        bool,
+        "do not time the devices at run start (placement and the predicted step time then use "
+        "fixed rates); a cached calibration of the same cluster is still used",
     ),
 )
 

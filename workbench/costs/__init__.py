@@ -1,6 +1,24 @@
 """Cost models: how long a node takes on a device, how long a tensor takes from A to B.
 
-What flows in: a calibration (times measured on the real devices, sans-IO data) or a described
-device (peak FLOP/s, memory bandwidth). What flows out: seconds, for the placer and the
-planner. Estimates of FLOPs and bytes per node live here too.
+What flows in: a calibration (times measured on the real devices, plain data) or nothing (fixed
+rates). What flows out: seconds, for the placer (:mod:`workbench.passes.place`) and the
+planner. Estimates of a node's FLOPs and bytes, and the signature its measured time is stored
+under, live here too.
 """
+
+from workbench.costs.calibration import Calibration, LinkFit, fit_link, link_key
+from workbench.costs.cost_model import CalibratedCostModel, CostModel, StaticCostModel
+from workbench.costs.op_costs import estimate_bytes, estimate_flops, op_signature
+
+__all__ = [
+    "CalibratedCostModel",
+    "Calibration",
+    "CostModel",
+    "LinkFit",
+    "StaticCostModel",
+    "estimate_bytes",
+    "estimate_flops",
+    "fit_link",
+    "link_key",
+    "op_signature",
+]

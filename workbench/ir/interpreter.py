@@ -93,11 +93,14 @@ class Executable:
         state: dict[str, Any] | None = None,
         xp: Any = None,
         on_fetch: Any = None,
+        on_node: Any = None,
     ) -> dict[str, Any]:
         """Execute once. ``feeds`` maps placeholder names to arrays; ``state`` is the variable
         store that ``variable`` and update ops read and write in place. ``on_fetch(name,
         value)``, if given, is called as soon as each fetched value is computed (how a
-        data-parallel device starts reducing a gradient bucket while backward goes on)."""
+        data-parallel device starts reducing a gradient bucket while backward goes on).
+        ``on_node(node, result)``, if given, is called after each node runs (how calibration
+        times every node at its shapes)."""
         if xp is None:
             import numpy as xp
         missing = set(self.placeholders) - set(feeds)
@@ -126,6 +129,8 @@ class Executable:
             elif outputs:
                 for slot, item in zip(outputs, result):
                     values[slot] = item
+            if on_node is not None:
+                on_node(node, result)
             if on_fetch is not None:
                 for key in self._fetched_at.get(position, ()):
                     on_fetch(key, values[self.fetch_slots[key]])

@@ -1,2 +1,1 @@
-"""The what-if planner: each strategy's step, built as simulator programs from a cost model.
-"""
+"""The what-if planner: each strategy's step, built as simulator programs from a cost model."""

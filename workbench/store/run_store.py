@@ -249,6 +249,22 @@ class RunStore:
         ]
         return sorted(found, key=lambda run: run.status().get("started") or 0)
 
+    def calibration_path(self, signature: str) -> Path:
+        """Where the calibration of the cluster named by ``signature`` is cached (beside the
+        runs; not a run, so :meth:`runs` never lists it)."""
+        return self.root / "calibrations" / f"{signature}.json"
+
+    def load_calibration(self, signature: str) -> str | None:
+        path = self.calibration_path(signature)
+        return path.read_text(encoding="utf-8") if path.exists() else None
+
+    def save_calibration(self, signature: str, text: str) -> None:
+        path = self.calibration_path(signature)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+
     def open(self, run_id: str) -> StoredRun:
         path = self.root / run_id
         if not (path / "status.json").exists():

@@ -13,6 +13,7 @@ from workbench.events import EventLog
 from workbench.parallel.device_run import DevicePlan, run_on_devices
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.definition import StrategyDefinition
+from workbench.training.calibration import calibrate_run
 from workbench.training.job import Progress, TrainingJob
 from workbench.training.session import TrainingSession
 
@@ -38,6 +39,15 @@ class ClusterStrategy(StrategyDefinition):
     ) -> DevicePlan:
         """What each device of ``session`` sets up and runs each step."""
 
+    def _calibrated(
+        self, job: TrainingJob, session: ClusterSession, progress: Progress
+    ) -> ClusterSession:
+        """``session``, its devices calibrated once for the run (before the first plan: the
+        placer reads the costs)."""
+        if job.calibration is None:
+            calibrate_run(job, self.device_batch_sizes(job.config), progress, session=session)
+        return session
+
     def train(
         self, config: RunConfig, job: TrainingJob, log: EventLog, progress: Progress
     ) -> TrainingSession:
@@ -47,7 +57,9 @@ class ClusterStrategy(StrategyDefinition):
             log,
             progress,
             self.device_count(config),
-            lambda session: self.plan(config, job, session, progress),
+            lambda session: self.plan(
+                config, job, self._calibrated(job, session, progress), progress
+            ),
             self.jobs(config),
             elastic=self.elastic(config),
         )

@@ -53,6 +53,9 @@ class DataParallel(ClusterStrategy):
         count = min(self.group_count(config), len(addresses))
         return tuple(tuple(g) for g in even_groups(len(addresses), count))
 
+    def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
+        return (config.batch_size // config.devices,)
+
     def check_config(self, config: RunConfig) -> None:
         replicas_divide_the_batch(config)
         if config.options.get("replication") == "in-graph":

@@ -73,6 +73,11 @@ class StrategyDefinition(ABC):
         """The device names a plan shows before any worker has said what it has."""
         return self.device_names(config, "gpu" if config.device_type == "gpu" else "cpu")
 
+    def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
+        """The batch sizes the run's devices compute on (a replica's share, a micro-batch):
+        the shapes calibration times the model at."""
+        return (config.batch_size,)
+
     def graph_plan(self, config: RunConfig, model: Sequential, optimizer: Any) -> Any:
         """The client graph the master places and partitions for this run, for ``dtrain
         plan`` and ``plan_view`` (it has ``describe()`` and ``partitioned``), or None when

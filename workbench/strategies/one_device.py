@@ -13,6 +13,7 @@ from workbench.parallel.straggler import SimulatedStraggler
 from workbench.runtime import device_name
 from workbench.runtime.gpu_metrics import this_process_gpu_metrics
 from workbench.strategies.definition import StrategyDefinition
+from workbench.training.calibration import calibrate_run
 from workbench.training.job import Progress, TrainingJob, epoch_progress
 from workbench.training.session import TrainingSession
 
@@ -43,6 +44,7 @@ class OneDevice(StrategyDefinition):
     ) -> TrainingSession:
         xp = job.xp
         (device,) = self.device_names(config, job.device_type)
+        calibrate_run(job, self.device_batch_sizes(config), progress, in_process_device=device)
         session = TrainingSession(
             job.model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed, xp
         )

@@ -96,6 +96,9 @@ class ParameterServer(ClusterStrategy):
         workers = [device_name(device_type, task=t) for t in range(config.devices)]
         return workers + [device_name(device_type, task=t, job="ps") for t in range(config.ps)]
 
+    def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
+        return (config.batch_size // config.devices,)
+
     def jobs(self, config: RunConfig) -> tuple[tuple[str, int], ...]:
         return (("worker", config.devices), ("ps", config.ps))
 

@@ -30,6 +30,10 @@ class Pipeline(ClusterStrategy):
     description = "layers in stages on devices, micro-batches scheduled by GPipe or 1F1B"
     options = (STAGES, MICROBATCHES, SCHEDULE)
 
+    def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
+        replicas = max(1, config.devices // config.stages)
+        return (max(1, config.batch_size // (replicas * config.microbatches)),)
+
     def check_config(self, config: RunConfig) -> None:
         if config.devices != config.stages:
             raise ConfigError(

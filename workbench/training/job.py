@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from workbench.config import RunConfig
+from workbench.costs import Calibration
 from workbench.data import Dataset, GlobalBatchSampler
 from workbench.models import Sequential
 from workbench.optim import LearningRateSchedule, Optimizer
@@ -73,6 +74,9 @@ class TrainingJob:
     # The step the devices start from now: ``first_step``, or the checkpoint a recovery
     # restored (with ``initial_parameters`` and ``initial_optimizer_state`` then its state).
     restored_step: int | None = None
+    # What the run's devices were measured to cost (workbench/training/calibration.py); None
+    # until the run has calibrated, or when it does not.
+    calibration: Calibration | None = None
 
     def devices_start_at(self) -> int:
         return self.first_step if self.restored_step is None else self.restored_step

@@ -1,0 +1,144 @@
+"""A calibration: what was measured on a cluster's devices, as plain data (no clocks, no I/O).
+
+- ``op_seconds[device][signature]``: the median time of one node of that signature
+  (:func:`workbench.costs.op_costs.op_signature`) on that device;
+- ``links[(source, destination)]``: latency and bandwidth fitted to timed one-way sends of
+  several sizes over the transport the run uses (:func:`fit_link`);
+- ``add_bytes_per_second[device]``: how fast the device adds a received tensor into its own
+  (the arithmetic of a reduction);
+- ``dispatch_seconds``: one round of Dask tasks, one per device, submitted and gathered (what
+  the client pays per dispatched chunk of steps);
+- ``step_overhead_seconds[device]``: what a step costs beyond its nodes (feeding the batch,
+  recording events), measured as a timed step minus the sum of its timed nodes.
+
+The measuring is done by :mod:`workbench.runtime.calibration_probe`; this module fits, merges
+and stores, and is tested with literal numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """A transfer of ``n`` bytes takes ``latency + n / bandwidth`` seconds.
+
+    Examples
+    --------
+    >>> LinkFit(latency=1e-4, bandwidth=1e9).seconds(1_000_000)
+    0.0011
+    """
+
+    latency: float
+    bandwidth: float
+
+    def seconds(self, nbytes: int) -> float:
+        return self.latency + nbytes / self.bandwidth
+
+
+def fit_link(samples: Sequence[tuple[int, float]]) -> LinkFit:
+    """Least-squares latency and bandwidth from ``(bytes, seconds)`` one-way transfer samples
+    (at least two sizes). A negative intercept (noise at small sizes) is clamped to the
+    smallest sample's share of time that bandwidth does not explain, never below zero.
+
+    Examples
+    --------
+    >>> fit = fit_link([(0, 1e-4), (1_000_000, 1.1e-3), (2_000_000, 2.1e-3)])
+    >>> round(fit.latency, 6), round(fit.bandwidth / 1e9, 3)
+    (0.0001, 1.0)
+    """
+    sizes = np.array([float(size) for size, _ in samples])
+    seconds = np.array([float(time) for _, time in samples])
+    if len(set(sizes.tolist())) < 2:
+        raise ValueError("fit_link needs transfers of at least two sizes")
+    slope, intercept = np.polyfit(sizes, seconds, 1)
+    slope = max(float(slope), 1e-15)  # at most 1 PB/s: a flat fit still moves bytes
+    if intercept < 0:
+        intercept = max(0.0, float(np.min(seconds - slope * sizes)))
+    return LinkFit(latency=float(intercept), bandwidth=1.0 / slope)
+
+
+def link_key(source: str, destination: str) -> str:
+    return f"{source} -> {destination}"
+
+
+@dataclass
+class Calibration:
+    """Measured costs of one cluster (its ``signature`` says which: see
+    :func:`workbench.runtime.calibration_probe.cluster_signature`)."""
+
+    signature: str
+    devices: tuple[str, ...]
+    op_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    links: dict[str, LinkFit] = field(default_factory=dict)
+    add_bytes_per_second: dict[str, float] = field(default_factory=dict)
+    step_overhead_seconds: dict[str, float] = field(default_factory=dict)
+    dispatch_seconds: float = 0.0
+    measured_seconds: float = 0.0  # what measuring cost, summed over calibrations merged
+
+    def missing_signatures(self, device: str, signatures: Sequence[str]) -> list[str]:
+        """The signatures ``device`` has no time for yet (what a cached calibration still
+        has to measure for a new model or batch size)."""
+        known = self.op_seconds.get(device, {})
+        return sorted({s for s in signatures if s not in known})
+
+    def link(self, source: str, destination: str) -> LinkFit | None:
+        return self.links.get(link_key(source, destination))
+
+    def merged(self, newer: Calibration) -> Calibration:
+        """This calibration with ``newer``'s measurements added (``newer`` wins on overlap)."""
+        op_seconds = {device: dict(times) for device, times in self.op_seconds.items()}
+        for device, times in newer.op_seconds.items():
+            op_seconds.setdefault(device, {}).update(times)
+        return Calibration(
+            signature=self.signature,
+            devices=tuple(dict.fromkeys((*self.devices, *newer.devices))),
+            op_seconds=op_seconds,
+            links={**self.links, **newer.links},
+            add_bytes_per_second={**self.add_bytes_per_second, **newer.add_bytes_per_second},
+            step_overhead_seconds={**self.step_overhead_seconds, **newer.step_overhead_seconds},
+            dispatch_seconds=newer.dispatch_seconds or self.dispatch_seconds,
+            measured_seconds=self.measured_seconds + newer.measured_seconds,
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "signature": self.signature,
+                "devices": list(self.devices),
+                "op_seconds": self.op_seconds,
+                "links": {key: [fit.latency, fit.bandwidth] for key, fit in self.links.items()},
+                "add_bytes_per_second": self.add_bytes_per_second,
+                "step_overhead_seconds": self.step_overhead_seconds,
+                "dispatch_seconds": self.dispatch_seconds,
+                "measured_seconds": self.measured_seconds,
+            },
+            indent=1,
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Calibration:
+        """Examples
+        --------
+        >>> c = Calibration("sig", ("a", "b"), {"a": {"relu(4:float32)": 1e-6}},
+        ...                 {link_key("a", "b"): LinkFit(1e-4, 1e9)}, dispatch_seconds=0.002)
+        >>> Calibration.from_json(c.to_json()) == c
+        True
+        """
+        data: Mapping = json.loads(text)
+        return cls(
+            signature=data["signature"],
+            devices=tuple(data["devices"]),
+            op_seconds={d: dict(times) for d, times in data["op_seconds"].items()},
+            links={key: LinkFit(*pair) for key, pair in data["links"].items()},
+            add_bytes_per_second=dict(data["add_bytes_per_second"]),
+            step_overhead_seconds=dict(data.get("step_overhead_seconds", {})),
+            dispatch_seconds=float(data["dispatch_seconds"]),
+            measured_seconds=float(data.get("measured_seconds", 0.0)),
+        )

@@ -1,0 +1,350 @@
+"""Measuring a cluster's costs on its devices: every node of the run's graphs at its shapes,
+one-way transfers between each pair of devices over the transport the run uses, the add of a
+reduction, and Dask's cost to dispatch one round of tasks. The figures go into a
+:class:`~workbench.costs.calibration.Calibration`; fitting and storing are there.
+
+Each device measures its own nodes in a task on its worker, all devices at once, so a time
+includes what devices sharing a host cost each other, as they do in a data-parallel step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from workbench.costs.calibration import Calibration, fit_link, link_key
+from workbench.costs.op_costs import op_signature
+from workbench.ir import Executable, Graph
+from workbench.runtime.cluster import ClusterSession
+from workbench.runtime.device_arrays import DeviceArrays
+
+TRANSFER_SIZES = (1 << 10, 1 << 18, 1 << 21)  # 1 KiB, 256 KiB, 2 MiB
+ADD_BYTES = 1 << 22
+
+
+class _SlotStore(dict):
+    """A variable store that makes an optimizer slot on first use, shaped like its variable:
+    a timed step needs the slots but not their values."""
+
+    def __missing__(self, key: str) -> Any:
+        variable = key.rsplit("/", 1)[0]
+        base = self.get(variable)
+        value = base * 0 if base is not None else np.zeros(())
+        self[key] = value
+        return value
+
+
+def _feeds_and_state(graph: Graph, device: DeviceArrays) -> tuple[dict, dict]:
+    """Random inputs and variables of the right shapes (integers zero: valid labels and
+    token ids)."""
+    generator = np.random.default_rng(0)
+    feeds, state = {}, _SlotStore()
+    for node in graph.nodes:
+        if node.op not in ("placeholder", "variable"):
+            continue
+        kind = node.types[0]
+        if np.issubdtype(np.dtype(kind.dtype), np.floating):
+            value = generator.standard_normal(kind.shape).astype(kind.dtype) * 0.01
+        else:
+            value = np.zeros(kind.shape, kind.dtype)
+        value = device.to_device(value)
+        if node.op == "placeholder":
+            feeds[node.name] = value
+        else:
+            state[node.attrs["var"]] = value
+    return feeds, state
+
+
+class _NodeClock:
+    """Called after each node: adds the time since the previous call to the node's signature
+    (the device synchronised first, so a GPU kernel's time is its own)."""
+
+    def __init__(self, graph: Graph, device: DeviceArrays) -> None:
+        self.graph, self.device = graph, device
+        self.seconds: dict[str, float] = {}
+        self.last = time.perf_counter()
+
+    def __call__(self, node, result) -> None:
+        self.device.synchronize()
+        now = time.perf_counter()
+        signature = op_signature(self.graph, node)
+        self.seconds[signature] = self.seconds.get(signature, 0.0) + now - self.last
+        self.last = now
+
+
+def time_graph_nodes(
+    graph: Graph, repeats: int = 5, device: DeviceArrays | None = None
+) -> tuple[dict[str, float], float]:
+    """Median seconds of each node signature over ``repeats`` timed runs (after one untimed),
+    and the median seconds of a whole untimed-hook run minus the sum of its nodes: the step's
+    cost beyond its nodes (dispatch in the interpreter, releasing buffers).
+
+    Examples
+    --------
+    >>> from workbench.ir import GraphBuilder, ops
+    >>> b = GraphBuilder()
+    >>> x = b.placeholder("x", (64, 64), "float32")
+    >>> times, overhead = time_graph_nodes(b.build({"y": ops.relu(ops.matmul(x, x))}))
+    >>> sorted(times)
+    ['matmul(64x64:float32,64x64:float32)', 'relu(64x64:float32)']
+    """
+    device = device or DeviceArrays.for_kind("cpu")
+    executable = Executable(graph)
+    feeds, state = _feeds_and_state(graph, device)
+    samples: dict[str, list[float]] = {}
+    totals = []
+    executable.run(feeds, state, device.xp)  # first touch of every buffer
+    for _ in range(repeats):
+        clock = _NodeClock(graph, device)
+        executable.run(feeds, state, device.xp, on_node=clock)
+        per_node = clock.seconds
+        counts: dict[str, int] = {}
+        for node in executable.graph.nodes:
+            if node.op not in ("placeholder", "constant"):
+                signature = op_signature(graph, node)
+                counts[signature] = counts.get(signature, 0) + 1
+        for signature, seconds in per_node.items():
+            samples.setdefault(signature, []).append(seconds / counts[signature])
+        start = time.perf_counter()
+        executable.run(feeds, state, device.xp)
+        device.synchronize()
+        totals.append(time.perf_counter() - start)
+    medians = {signature: statistics.median(times) for signature, times in samples.items()}
+    node_sum = sum(
+        medians[op_signature(graph, node)]
+        for node in graph.nodes
+        if node.op not in ("placeholder", "constant")
+    )
+    return medians, max(0.0, statistics.median(totals) - node_sum)
+
+
+def time_add(device: DeviceArrays | None = None, nbytes: int = ADD_BYTES) -> float:
+    """Bytes per second of ``a += b`` on float32 arrays of ``nbytes``: a reduction's arithmetic
+    on this device."""
+    device = device or DeviceArrays.for_kind("cpu")
+    left = device.to_device(np.ones(nbytes // 4, np.float32))
+    right = device.to_device(np.ones(nbytes // 4, np.float32))
+    times = []
+    for _ in range(6):
+        start = time.perf_counter()
+        left += right
+        device.synchronize()
+        times.append(time.perf_counter() - start)
+    return nbytes / statistics.median(times[1:])
+
+
+def measure_device(
+    graphs: Sequence[Graph], kind: str, repeats: int, skip: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Task on one device: its node times (signatures in ``skip`` are already known), its
+    per-step overhead and its add rate."""
+    device = DeviceArrays.for_kind(kind)
+    op_seconds, overheads = {}, []
+    known = set(skip)
+    for graph in graphs:
+        signatures = {op_signature(graph, n) for n in graph.nodes if n.op not in ("placeholder",)}
+        if signatures <= known:
+            continue
+        times, overhead = time_graph_nodes(graph, repeats, device)
+        op_seconds.update({s: t for s, t in times.items() if s not in known})
+        overheads.append(overhead)
+    return {
+        "op_seconds": op_seconds,
+        "step_overhead_seconds": statistics.median(overheads) if overheads else None,
+        "add_bytes_per_second": time_add(device),
+    }
+
+
+def measure_transfers(
+    run_id: str,
+    rank: int,
+    addresses: list[str],
+    device_names: list[str],
+    pairs: Sequence[tuple[int, int]],
+    repeats: int,
+    stall_timeout: float,
+) -> list[tuple[int, int, int, float]]:
+    """Task on every device: for each ``(source, destination)`` pair in turn, ``repeats``
+    ping-pongs of each of :data:`TRANSFER_SIZES` (the destination echoes the tensor back); a
+    one-way time is half a round trip. Returns ``(source, destination, bytes, seconds)``
+    medians, measured by the source."""
+    from workbench.runtime.peer_transport import PeerTransport
+    from workbench.runtime.worker_service import device_service
+
+    transport = PeerTransport(run_id, rank, addresses, device_names, stall_timeout)
+    results = []
+    try:
+        for source, destination in pairs:
+            if rank not in (source, destination):
+                continue
+            for size in TRANSFER_SIZES:
+                payload = np.ones(size // 4, np.float32)
+                times = []
+                for index in range(repeats + 1):
+                    key = f"calibrate/{source}-{destination}/{size}/{index}"
+                    if rank == source:
+                        start = time.perf_counter()
+                        transport.send(destination, key, payload)
+                        transport.recv(destination, key + "/echo")
+                        times.append((time.perf_counter() - start) / 2)
+                    else:
+                        echoed = transport.recv(source, key)
+                        transport.send(source, key + "/echo", np.array(echoed, copy=True))
+                if rank == source:
+                    results.append((source, destination, size, statistics.median(times[1:])))
+    finally:
+        device_service().forget(run_id)
+    return results
+
+
+def _noop() -> None:
+    return None
+
+
+def measure_dispatch(session: ClusterSession, repeats: int = 5) -> float:
+    """Median seconds for one round of no-op tasks, one pinned to each device, submitted and
+    gathered as the step loop dispatches its chunks."""
+    client = session.client
+    times = []
+    for index in range(repeats + 1):
+        start = time.perf_counter()
+        futures = [
+            client.submit(_noop, workers=[address], pure=False, key=f"dtrain-calibrate-{index}-{r}")
+            for r, address in enumerate(session.addresses)
+        ]
+        client.gather(futures)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def cluster_signature(kind: str, device_names: Sequence[str], hosts: Sequence[str]) -> str:
+    """Names the cluster a calibration holds for: this library's numpy, the machine, the
+    devices and which host each is on. The same signature reads the cached calibration."""
+    text = "|".join(
+        [
+            kind,
+            np.__version__,
+            platform.machine(),
+            platform.processor() or "",
+            *device_names,
+            *hosts,
+        ]
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def in_process_signature(device_name: str, kind: str) -> str:
+    return cluster_signature(kind, [device_name], [platform.node(), "in-process"])
+
+
+def session_signature(session: ClusterSession) -> str:
+    hosts = [address.split("://")[-1].rsplit(":", 1)[0] for address in session.addresses]
+    return cluster_signature(session.device_type, session.device_names, hosts)
+
+
+def calibrate_in_process(
+    graphs: Sequence[Graph], device_name: str, kind: str, known: Calibration | None = None
+) -> Calibration:
+    """This process as the one device (one-device runs): its node times and overhead."""
+    start = time.perf_counter()
+    skip = sorted(known.op_seconds.get(device_name, {})) if known is not None else ()
+    measured = measure_device(graphs, kind, repeats=5, skip=skip)
+    calibration = Calibration(
+        signature=in_process_signature(device_name, kind),
+        devices=(device_name,),
+        op_seconds={device_name: measured["op_seconds"]},
+        add_bytes_per_second={device_name: measured["add_bytes_per_second"]},
+        step_overhead_seconds=(
+            {device_name: measured["step_overhead_seconds"]}
+            if measured["step_overhead_seconds"] is not None
+            else {}
+        ),
+        measured_seconds=time.perf_counter() - start,
+    )
+    return known.merged(calibration) if known is not None else calibration
+
+
+def calibrate_session(
+    session: ClusterSession,
+    graphs: Sequence[Graph],
+    known: Calibration | None = None,
+    repeats: int = 5,
+    stall_timeout: float = 60.0,
+) -> Calibration:
+    """Measure what ``known`` (a cached calibration of the same cluster) lacks: the nodes of
+    ``graphs`` not yet timed on each device, and, if ``known`` has none, the links between
+    each pair of devices and the dispatch cost."""
+    start = time.perf_counter()
+    client, names = session.client, session.device_names
+    kind = session.device_type
+    signature = session_signature(session)
+    known = known if known is not None and known.signature == signature else None
+    futures = [
+        client.submit(
+            measure_device,
+            list(graphs),
+            kind,
+            repeats,
+            sorted((known.op_seconds.get(name, {}) if known else {}).keys()),
+            workers=[address],
+            pure=False,
+            key=f"dtrain-calibrate-ops-{rank}-{session.run_id}",
+        )
+        for rank, (name, address) in enumerate(zip(names, session.addresses))
+    ]
+    measured = client.gather(futures)
+    calibration = Calibration(
+        signature=signature,
+        devices=tuple(names),
+        op_seconds={name: m["op_seconds"] for name, m in zip(names, measured)},
+        add_bytes_per_second={name: m["add_bytes_per_second"] for name, m in zip(names, measured)},
+        step_overhead_seconds={
+            name: m["step_overhead_seconds"]
+            for name, m in zip(names, measured)
+            if m["step_overhead_seconds"] is not None
+        },
+    )
+    if known is None or not known.links:
+        calibration.links = _measure_links(session, repeats, stall_timeout)
+        calibration.dispatch_seconds = measure_dispatch(session)
+    calibration.measured_seconds = time.perf_counter() - start
+    return known.merged(calibration) if known is not None else calibration
+
+
+def _measure_links(session: ClusterSession, repeats: int, stall_timeout: float) -> dict:
+    count = len(session.addresses)
+    pairs = [(s, d) for s in range(count) for d in range(count) if s != d]
+    if not pairs:
+        return {}
+    run_id = f"{session.run_id}-calibrate"
+    futures = [
+        session.client.submit(
+            measure_transfers,
+            run_id,
+            rank,
+            session.addresses,
+            session.device_names,
+            pairs,
+            repeats,
+            stall_timeout,
+            workers=[address],
+            pure=False,
+            key=f"dtrain-calibrate-links-{rank}-{session.run_id}",
+        )
+        for rank, address in enumerate(session.addresses)
+    ]
+    samples: Mapping[tuple[int, int], list[tuple[int, float]]] = {}
+    for rows in session.client.gather(futures):
+        for source, destination, size, seconds in rows:
+            samples.setdefault((source, destination), []).append((size, seconds))
+    names = session.device_names
+    return {
+        link_key(names[source], names[destination]): fit_link(points)
+        for (source, destination), points in samples.items()
+    }

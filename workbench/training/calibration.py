@@ -1,0 +1,70 @@
+"""Calibration at run start: time the nodes of the graphs the run's devices will execute, and
+(once per cluster) the links between them and Dask's dispatch, reusing what the run store has
+cached for the same cluster.
+
+The devices time the model's training graph at each batch size they compute on (a replica's
+share, a pipeline's micro-batch, the whole batch); only signatures not cached yet are timed,
+so a second run of the same model on the same cluster measures nothing. ``--no-calibrate``
+measures nothing and uses the cache if there is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from workbench.costs import Calibration
+from workbench.ir import Graph
+from workbench.runtime.calibration_probe import (
+    calibrate_in_process,
+    calibrate_session,
+    in_process_signature,
+    session_signature,
+)
+from workbench.runtime.cluster import ClusterSession
+from workbench.store import RunStore
+from workbench.training.graphs import build_training_graph
+from workbench.training.job import Progress, TrainingJob
+
+
+def timed_graphs(job: TrainingJob, batch_sizes: Sequence[int]) -> list[Graph]:
+    """The model's training step at each batch size a device computes on."""
+    return [
+        build_training_graph(job.model, job.optimizer, size, job.config.dtype).graph
+        for size in sorted(set(batch_sizes))
+    ]
+
+
+def calibrate_run(
+    job: TrainingJob,
+    batch_sizes: Sequence[int],
+    progress: Progress,
+    session: ClusterSession | None = None,
+    in_process_device: str | None = None,
+    store: RunStore | None = None,
+) -> Calibration | None:
+    """The run's calibration, measured on ``session``'s devices (or in this process, as
+    ``in_process_device``), cached in the run store; sets ``job.calibration``."""
+    store = store or RunStore()
+    if session is not None:
+        signature = session_signature(session)
+    else:
+        assert in_process_device is not None
+        signature = in_process_signature(in_process_device, job.device_type)
+    text = store.load_calibration(signature)
+    cached = Calibration.from_json(text) if text else None
+    if job.config.no_calibrate:
+        job.calibration = cached
+        return cached
+    graphs = timed_graphs(job, batch_sizes)
+    if session is not None:
+        calibration = calibrate_session(
+            session, graphs, known=cached, stall_timeout=job.config.stall_timeout
+        )
+    else:
+        calibration = calibrate_in_process(graphs, in_process_device, job.device_type, cached)
+    spent = calibration.measured_seconds - (cached.measured_seconds if cached else 0.0)
+    if cached is None or spent > 0.01:
+        store.save_calibration(signature, calibration.to_json())
+    progress(f"[calibrate] devices timed in {spent:.2f} s ({'cached' if cached else 'new'})")
+    job.calibration = calibration
+    return calibration
