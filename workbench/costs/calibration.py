@@ -63,8 +63,16 @@ def fit_link(samples: Sequence[tuple[int, float]]) -> LinkFit:
     return LinkFit(latency=float(intercept), bandwidth=1.0 / slope)
 
 
-def link_key(source: str, destination: str) -> str:
-    return f"{source} -> {destination}"
+def link_key(source: str, destination: str, wire: str = "peer") -> str:
+    """How a link is stored: ``wire`` is ``peer`` (the transport of collectives and
+    Send/Recv) or ``rpc`` (Dask's RPCs, which parameter servers answer).
+
+    Examples
+    --------
+    >>> link_key("a", "b"), link_key("a", "b", "rpc")
+    ('a -> b', 'a -> b [rpc]')
+    """
+    return f"{source} -> {destination}" + ("" if wire == "peer" else f" [{wire}]")
 
 
 @dataclass
@@ -87,8 +95,8 @@ class Calibration:
         known = self.op_seconds.get(device, {})
         return sorted({s for s in signatures if s not in known})
 
-    def link(self, source: str, destination: str) -> LinkFit | None:
-        return self.links.get(link_key(source, destination))
+    def link(self, source: str, destination: str, wire: str = "peer") -> LinkFit | None:
+        return self.links.get(link_key(source, destination, wire))
 
     def merged(self, newer: Calibration) -> Calibration:
         """This calibration with ``newer``'s measurements added (``newer`` wins on overlap)."""

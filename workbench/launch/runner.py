@@ -21,6 +21,8 @@ from workbench.data import DatasetError, GlobalBatchSampler, load_dataset
 from workbench.events import EventLog, summarize
 from workbench.models import Sequential, build_model
 from workbench.optim import LearningRateSchedule, make_optimizer
+from workbench.planner.device_costs import measured_costs
+from workbench.planner.predict import PlanningError, predict
 from workbench.runtime import array_module, resolve_device_type
 from workbench.strategies import STRATEGIES, StrategyDefinition, validate_config
 from workbench.strategies.cluster_strategy import ClusterStrategy
@@ -158,6 +160,30 @@ def prepare_run(config: RunConfig, model: Sequential | None = None) -> PreparedR
     return PreparedRun(config, job, strategy, wall_start)
 
 
+def predicted_figures(
+    config: RunConfig, job: TrainingJob, samples_per_second: float, progress: Progress
+) -> dict:
+    """What the planner predicted for this run's step from the run's own calibration, beside
+    the step the run measured (steady state): ``predicted_step_ms``, ``measured_step_ms``.
+    Nothing when the run has no calibration or its strategy is not predicted."""
+    if job.calibration is None:
+        return {}
+    try:
+        prediction = predict(config, job.model, job.optimizer, measured_costs(job.calibration))
+    except PlanningError as error:
+        progress(f"[plan] no prediction: {error}")
+        return {}
+    measured = config.batch_size / samples_per_second * 1e3 if samples_per_second else None
+    progress(
+        f"[plan] predicted step {prediction.step_seconds * 1e3:.2f} ms"
+        + (f", measured {measured:.2f} ms" if measured else "")
+    )
+    return {
+        "predicted_step_ms": round(prediction.step_seconds * 1e3, 4),
+        "measured_step_ms": round(measured, 4) if measured else None,
+    }
+
+
 def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> RunResult:
     """Train a prepared run (stops early when ``prepared.job.stop`` is set), evaluate, save."""
     config, job, strategy = prepared.config, prepared.job, prepared.strategy
@@ -207,6 +233,7 @@ def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> Run
     for entry, more in zip(summary["per_device"], extra.pop("per_device", ())):
         entry.update(more)  # e.g. a parameter server's updates per worker
     summary.update(extra)
+    summary.update(predicted_figures(config, job, figures["samples_per_second"], progress))
 
     progress(
         f"[{config.strategy}] test accuracy {test_accuracy:.4f}  test loss {test_loss:.4f}  "

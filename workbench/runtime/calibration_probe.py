@@ -23,6 +23,8 @@ from workbench.costs.op_costs import op_signature
 from workbench.ir import Executable, Graph
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.device_arrays import DeviceArrays
+from workbench.runtime.peer_transport import PeerTransport
+from workbench.runtime.worker_service import device_service
 
 TRANSFER_SIZES = (1 << 10, 1 << 18, 1 << 21)  # 1 KiB, 256 KiB, 2 MiB
 ADD_BYTES = 1 << 22
@@ -169,15 +171,16 @@ def measure_transfers(
     pairs: Sequence[tuple[int, int]],
     repeats: int,
     stall_timeout: float,
+    shared_memory: bool = True,
 ) -> list[tuple[int, int, int, float]]:
     """Task on every device: for each ``(source, destination)`` pair in turn, ``repeats``
     ping-pongs of each of :data:`TRANSFER_SIZES` (the destination echoes the tensor back); a
     one-way time is half a round trip. Returns ``(source, destination, bytes, seconds)``
-    medians, measured by the source."""
-    from workbench.runtime.peer_transport import PeerTransport
-    from workbench.runtime.worker_service import device_service
-
-    transport = PeerTransport(run_id, rank, addresses, device_names, stall_timeout)
+    medians, measured by the source. ``shared_memory=False`` times Dask's RPCs (what
+    parameter-server pulls and pushes use) instead of the peer channels."""
+    transport = PeerTransport(
+        run_id, rank, addresses, device_names, stall_timeout, shared_memory=shared_memory
+    )
     results = []
     try:
         for source, destination in pairs:
@@ -203,22 +206,38 @@ def measure_transfers(
     return results
 
 
-def _noop() -> None:
-    return None
+def _chunk_report(device: str, first: int, count: int) -> dict[str, list]:
+    """What a device's task returns for ``count`` steps, without running them: three phase
+    events and a loss per step (the size and shape the client receives and logs)."""
+    events = [
+        (device, phase, step, 0.0, 0.0, 0, 0)
+        for step in range(first, first + count)
+        for phase in ("compute", "allreduce", "update")
+    ]
+    return {"events": events, "losses": [(step, 0.0) for step in range(first, first + count)]}
 
 
-def measure_dispatch(session: ClusterSession, repeats: int = 5) -> float:
-    """Median seconds for one round of no-op tasks, one pinned to each device, submitted and
-    gathered as the step loop dispatches its chunks."""
+def measure_dispatch(session: ClusterSession, steps_per_task: int, repeats: int = 5) -> float:
+    """Median seconds for one round of tasks, one pinned to each device, that return a chunk's
+    report, submitted, gathered and read as the step loop does between chunks."""
     client = session.client
     times = []
     for index in range(repeats + 1):
         start = time.perf_counter()
         futures = [
-            client.submit(_noop, workers=[address], pure=False, key=f"dtrain-calibrate-{index}-{r}")
-            for r, address in enumerate(session.addresses)
+            client.submit(
+                _chunk_report,
+                name,
+                index * steps_per_task,
+                steps_per_task,
+                workers=[address],
+                pure=False,
+                key=f"dtrain-calibrate-dispatch-{index}-{rank}-{session.run_id}",
+            )
+            for rank, (name, address) in enumerate(zip(session.device_names, session.addresses))
         ]
-        client.gather(futures)
+        for report in client.gather(futures):
+            sorted(report["events"], key=lambda event: event[3])
         times.append(time.perf_counter() - start)
     return statistics.median(times[1:])
 
@@ -276,6 +295,7 @@ def calibrate_session(
     known: Calibration | None = None,
     repeats: int = 5,
     stall_timeout: float = 60.0,
+    steps_per_task: int = 20,  # workbench/parallel/step_loop.py's STEPS_PER_TASK
 ) -> Calibration:
     """Measure what ``known`` (a cached calibration of the same cluster) lacks: the nodes of
     ``graphs`` not yet timed on each device, and, if ``known`` has none, the links between
@@ -311,18 +331,24 @@ def calibrate_session(
         },
     )
     if known is None or not known.links:
-        calibration.links = _measure_links(session, repeats, stall_timeout)
-        calibration.dispatch_seconds = measure_dispatch(session)
+        calibration.links = {
+            **_measure_links(session, repeats, stall_timeout, shared_memory=True),
+            **_measure_links(session, repeats, stall_timeout, shared_memory=False),
+        }
+        calibration.dispatch_seconds = measure_dispatch(session, steps_per_task)
     calibration.measured_seconds = time.perf_counter() - start
     return known.merged(calibration) if known is not None else calibration
 
 
-def _measure_links(session: ClusterSession, repeats: int, stall_timeout: float) -> dict:
+def _measure_links(
+    session: ClusterSession, repeats: int, stall_timeout: float, shared_memory: bool
+) -> dict:
     count = len(session.addresses)
     pairs = [(s, d) for s in range(count) for d in range(count) if s != d]
     if not pairs:
         return {}
-    run_id = f"{session.run_id}-calibrate"
+    wire = "peer" if shared_memory else "rpc"
+    run_id = f"{session.run_id}-calibrate-{wire}"
     futures = [
         session.client.submit(
             measure_transfers,
@@ -333,9 +359,10 @@ def _measure_links(session: ClusterSession, repeats: int, stall_timeout: float) 
             pairs,
             repeats,
             stall_timeout,
+            shared_memory,
             workers=[address],
             pure=False,
-            key=f"dtrain-calibrate-links-{rank}-{session.run_id}",
+            key=f"dtrain-calibrate-{wire}-links-{rank}-{session.run_id}",
         )
         for rank, address in enumerate(session.addresses)
     ]
@@ -345,6 +372,6 @@ def _measure_links(session: ClusterSession, repeats: int, stall_timeout: float) 
             samples.setdefault((source, destination), []).append((size, seconds))
     names = session.device_names
     return {
-        link_key(names[source], names[destination]): fit_link(points)
+        link_key(names[source], names[destination], wire): fit_link(points)
         for (source, destination), points in samples.items()
     }

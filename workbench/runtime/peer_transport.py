@@ -69,7 +69,10 @@ class PeerTransport:
         device_names: Sequence[str],
         stall_timeout: float,
         device: DeviceArrays | None = None,
+        shared_memory: bool | None = None,
     ) -> None:
+        """``shared_memory``: whether peers on this host may use the channels (default: unless
+        ``DTRAIN_SHARED_MEMORY=0``); calibration turns it off to time Dask's RPCs."""
         self.run_id, self.rank, self.size = run_id, rank, len(addresses)
         self.device = device if device is not None else DeviceArrays.for_kind("cpu")
         self.routes: dict[int, str] = {}  # peer -> how the last tensor to or from it travelled
@@ -82,6 +85,8 @@ class PeerTransport:
         self._worker = self._service.worker
         self._wire = wire_of(self._worker.address)  # tcp, ucx, ...
         enabled = os.environ.get("DTRAIN_SHARED_MEMORY", "1") != "0"
+        if shared_memory is not None:
+            enabled = shared_memory
         host = get_address_host(self._worker.address)
         # Peers on this host, whose channels may work; each is probed before its first send.
         self._shared_peers = {

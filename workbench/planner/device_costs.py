@@ -1,0 +1,164 @@
+"""What the planner asks of a cluster, measured or described: a node's seconds on a device,
+the link between two devices (for the peer transport of collectives and Send/Recv, and for the
+Dask RPCs parameter servers answer), a reduction's add rate, the cost per step beyond the nodes
+and the client's dispatch cost per step.
+
+:func:`measured_costs` reads a :class:`~workbench.costs.Calibration`; devices or links it did
+not measure (a parameter-server task on a cluster calibrated with workers only) take the
+median of those it did, as devices of one local cluster are alike.
+:func:`described_costs` reads a :class:`~workbench.simulate.ClusterDescription`: a node takes
+the longer of its FLOPs at the device's peak and its bytes at the memory bandwidth (the
+roofline), links are the description's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import median
+from typing import Protocol
+
+from workbench.costs import (
+    CalibratedCostModel,
+    Calibration,
+    StaticCostModel,
+    estimate_bytes,
+    estimate_flops,
+)
+from workbench.ir import Graph, Node
+from workbench.parallel.step_loop import STEPS_PER_TASK
+from workbench.simulate import ClusterDescription, Link
+
+
+class NodeCosts(Protocol):
+    def node_seconds(self, graph: Graph, node: Node, device: str) -> float: ...
+
+
+@dataclass(frozen=True)
+class DeviceCosts:
+    """Seconds for the planner (see the module docstring)."""
+
+    cost_model: NodeCosts
+    peer_links: dict[tuple[str, str], Link]
+    rpc_links: dict[tuple[str, str], Link]
+    default_peer: Link
+    default_rpc: Link
+    add_bytes_per_second: float
+    step_overhead_seconds: float
+    dispatch_seconds: float
+    source: str  # "calibrated", "described: <name>" or "fixed rates"
+    cluster: ClusterDescription | None = None  # a described cluster answers links per pair
+
+    def node_seconds(self, graph: Graph, node: Node, device: str) -> float:
+        return self.cost_model.node_seconds(graph, node, device)
+
+    def peer_link(self, source: str, destination: str) -> Link:
+        if self.cluster is not None:
+            return self.cluster.link(source, destination)
+        return self.peer_links.get((source, destination), self.default_peer)
+
+    def rpc_link(self, source: str, destination: str) -> Link:
+        if self.cluster is not None:
+            return self.cluster.link(source, destination)
+        return self.rpc_links.get((source, destination), self.default_rpc)
+
+    @property
+    def add_seconds_per_byte(self) -> float:
+        return 1.0 / self.add_bytes_per_second
+
+    @property
+    def dispatch_per_step(self) -> float:
+        """The client's round of tasks, paid once per dispatched chunk of steps."""
+        return self.dispatch_seconds / STEPS_PER_TASK
+
+
+def _links(calibration: Calibration, wire: str) -> dict[tuple[str, str], Link]:
+    found = {}
+    for key, fit in calibration.links.items():
+        pair, _, kind = key.partition(" [")
+        if (kind.rstrip("]") or "peer") != wire:
+            continue
+        source, destination = pair.split(" -> ")
+        found[(source, destination)] = Link(fit.latency, fit.bandwidth, wire)
+    return found
+
+
+def _median_link(links: dict[tuple[str, str], Link], fallback: Link) -> Link:
+    if not links:
+        return fallback
+    return Link(
+        median(link.latency for link in links.values()),
+        median(link.bandwidth for link in links.values()),
+        fallback.name,
+    )
+
+
+def measured_costs(calibration: Calibration) -> DeviceCosts:
+    """Costs from a calibration (a one-device calibration has no links: fixed rates stand in,
+    and no step needs them)."""
+    peer, rpc = _links(calibration, "peer"), _links(calibration, "rpc")
+    default_peer = _median_link(peer, Link(2e-3, 2.2e9, "peer"))
+    return DeviceCosts(
+        cost_model=CalibratedCostModel(calibration),
+        peer_links=peer,
+        rpc_links=rpc,
+        default_peer=default_peer,
+        default_rpc=_median_link(rpc, default_peer),
+        add_bytes_per_second=median(calibration.add_bytes_per_second.values() or [5e9]),
+        step_overhead_seconds=median(calibration.step_overhead_seconds.values() or [0.0]),
+        dispatch_seconds=calibration.dispatch_seconds,
+        source="calibrated",
+    )
+
+
+@dataclass(frozen=True)
+class RooflineCostModel:
+    """A node on a described device: the longer of compute at peak and memory traffic."""
+
+    flops_per_second: float
+    memory_bytes_per_second: float
+    kernel_seconds: float = 5e-6  # a launch: what the smallest kernels cost on a GPU
+
+    def node_seconds(self, graph: Graph, node: Node, device: str) -> float:
+        if node.op in ("placeholder", "constant", "variable"):
+            return 0.0
+        compute = estimate_flops(graph, node) / self.flops_per_second
+        memory = estimate_bytes(graph, node) / self.memory_bytes_per_second
+        return self.kernel_seconds + max(compute, memory)
+
+
+def described_costs(cluster: ClusterDescription) -> DeviceCosts:
+    """Costs of a described cluster: roofline nodes, its intra- and inter-host links for
+    every transport (a described cluster's parameter servers use the same network)."""
+    device = cluster.device
+    model = RooflineCostModel(device.flops_per_second, device.memory_bytes_per_second)
+    default = cluster.inter if cluster.hosts > 1 else cluster.intra
+    return DeviceCosts(
+        cost_model=model,
+        peer_links={},
+        rpc_links={},
+        default_peer=default,
+        default_rpc=default,
+        add_bytes_per_second=device.memory_bytes_per_second / 3,  # read two, write one
+        step_overhead_seconds=0.0,
+        dispatch_seconds=0.0,
+        source=f"described: {cluster.name}",
+        cluster=cluster,
+    )
+
+
+def fixed_costs() -> DeviceCosts:
+    """Nothing measured: the placer's fixed rates and Dask's comms before the shared-memory
+    channels (docs/architecture.md, "What Dask costs")."""
+    static = StaticCostModel()
+    link = Link(static.latency, static.bytes_per_second, "fixed")
+    return DeviceCosts(
+        cost_model=static,
+        peer_links={},
+        rpc_links={},
+        default_peer=link,
+        default_rpc=link,
+        add_bytes_per_second=5e9,
+        step_overhead_seconds=0.0,
+        dispatch_seconds=0.0,
+        source="fixed rates",
+    )

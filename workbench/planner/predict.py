@@ -1,0 +1,166 @@
+"""One configuration's predicted step: its strategy's programs simulated on a cluster's costs.
+
+The step time is the simulated makespan plus what a step pays outside its programs: the
+cost of a step beyond its nodes (measured by calibration) and, for strategies whose devices are
+Dask workers, the client's dispatch of one task per device every ``STEPS_PER_TASK`` steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from workbench.config import RunConfig
+from workbench.models import Sequential
+from workbench.optim import Optimizer
+from workbench.parallel.collectives.buckets import DEFAULT_BUCKET_BYTES
+from workbench.planner.device_costs import DeviceCosts
+from workbench.planner.step_programs import (
+    StepPrograms,
+    central_storage_step,
+    mirrored_step,
+    model_parallel_step,
+    one_device_step,
+    parameter_server_step,
+    pipeline_step,
+)
+from workbench.simulate import Timeline, pipeline_bubble, simulate
+from workbench.strategies import STRATEGIES
+from workbench.strategies.cluster_strategy import ClusterStrategy
+
+PREDICTED_STRATEGIES = (
+    "one-device",
+    "mirrored",
+    "central-storage",
+    "parameter-server",
+    "model-parallel",
+    "pipeline",
+)
+
+
+class PlanningError(ValueError):
+    """A configuration the planner cannot predict (names the option and why)."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    config: RunConfig
+    step_seconds: float
+    makespan: float
+    timeline: Timeline
+    devices: tuple[str, ...]
+    bubble: float | None
+    memory_bytes: dict[str, int]
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.config.batch_size / self.step_seconds
+
+    def busy(self, device: str) -> float:
+        return self.timeline.busy(device)
+
+    def bytes_sent(self, device: str) -> int:
+        return self.timeline.bytes_sent(device)
+
+
+def step_programs(
+    config: RunConfig,
+    model: Sequential,
+    optimizer: Optimizer,
+    costs: DeviceCosts,
+    devices: Sequence[str],
+) -> StepPrograms:
+    """The programs of ``config``'s strategy on ``devices`` (in the strategy's rank order)."""
+    name, batch, dtype = config.strategy, config.batch_size, config.dtype
+    if name == "one-device":
+        return one_device_step(model, optimizer, batch, dtype, devices[0], costs)
+    if (
+        name in ("mirrored", "central-storage")
+        and config.options.get("compression", "none") != "none"
+    ):
+        raise PlanningError(f"--compression {config.compression}: not predicted yet")
+    bucket_bytes = int(config.options.get("bucket_mb", DEFAULT_BUCKET_BYTES / 2**20) * 2**20)
+    if name == "mirrored":
+        algorithm = config.allreduce if config.allreduce != "auto" else "ring"
+        groups = None
+        if algorithm == "hierarchical-copy":
+            strategy = STRATEGIES[name]
+            ranks = strategy.groups(config, ["127.0.0.1:0"] * len(devices))
+            groups = [[devices[rank] for rank in group] for group in ranks]
+        return mirrored_step(
+            model, optimizer, batch, dtype, devices, costs, algorithm, groups, bucket_bytes
+        )
+    if name == "central-storage":
+        return central_storage_step(model, optimizer, batch, dtype, devices, costs, bucket_bytes)
+    if name == "parameter-server":
+        if config.mode != "sync":
+            raise PlanningError("--mode async: the planner predicts synchronous steps only")
+        workers, shards = devices[: config.devices], devices[config.devices :]
+        return parameter_server_step(
+            model, optimizer, batch, dtype, workers, shards, costs, config.ps_partition_min_bytes
+        )
+    if name == "model-parallel":
+        return model_parallel_step(model, optimizer, batch, dtype, devices, costs)
+    if name == "pipeline":
+        return pipeline_step(
+            model, optimizer, batch, dtype, devices, costs, config.microbatches, config.schedule
+        )
+    raise PlanningError(
+        f"--strategy {name}: not predicted; the planner predicts {', '.join(PREDICTED_STRATEGIES)}"
+    )
+
+
+def predict(
+    config: RunConfig,
+    model: Sequential,
+    optimizer: Optimizer,
+    costs: DeviceCosts,
+    devices: Sequence[str] | None = None,
+) -> Prediction:
+    """Simulate one step of ``config`` (``devices``: the names to use; default the
+    strategy's own, which a calibration of a local cluster measured under)."""
+    strategy = STRATEGIES[config.strategy]
+    if devices is None:
+        kind = "gpu" if config.device_type == "gpu" else "cpu"
+        devices = strategy.device_names(config, kind)
+    built = step_programs(config, model, optimizer, costs, devices)
+    timeline = simulate(built.programs, built.link)
+    extra = costs.step_overhead_seconds
+    if isinstance(strategy, ClusterStrategy):
+        extra += costs.dispatch_per_step
+    bubble = pipeline_bubble(timeline, built.stage_devices) if built.stage_devices else None
+    return Prediction(
+        config=config,
+        step_seconds=timeline.makespan + extra,
+        makespan=timeline.makespan,
+        timeline=timeline,
+        devices=tuple(devices),
+        bubble=bubble,
+        memory_bytes=memory_estimate(config, model, devices),
+    )
+
+
+def memory_estimate(config: RunConfig, model: Sequential, devices: Sequence[str]) -> dict:
+    """Bytes each device holds at its peak, roughly: the variables it keeps (with gradients
+    and optimizer slots, two more copies for momentum and three for Adam) and the
+    activations its share of the batch keeps for backward (every layer's output)."""
+    itemsize = np.dtype(config.dtype).itemsize
+    parameters = sum(int(np.prod(shape)) for shape in model.parameter_shapes().values())
+    copies = {"sgd": 2, "momentum": 3, "adam": 4}[config.optimizer]
+    per_sample = sum(int(np.prod(shape)) for shape in model.shapes[1:])
+    name = config.strategy
+    if name == "parameter-server":
+        workers = config.devices
+        held = {
+            d: parameters * 2 * itemsize + per_sample * config.batch_size // workers * itemsize
+            for d in devices[:workers]
+        }
+        held.update({d: parameters * copies * itemsize // config.ps for d in devices[workers:]})
+        return held
+    if name in ("model-parallel", "pipeline"):
+        share = (parameters * copies + per_sample * config.batch_size) * itemsize
+        return {d: share // len(devices) for d in devices}
+    batch = config.batch_size // len(devices)
+    return {d: (parameters * copies + per_sample * batch) * itemsize for d in devices}

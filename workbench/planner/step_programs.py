@@ -1,0 +1,273 @@
+"""Each strategy's training step as simulator programs, mirroring what its devices really do
+(the modules named in each builder's docstring), timed by a :class:`DeviceCosts`.
+
+A builder returns :class:`StepPrograms`: the programs per device, the link model for the
+simulator, and the devices that hold a replica's activations (for memory). Per-step costs
+outside the programs (the client's dispatch, a step's overhead beyond its nodes) are added by
+:mod:`workbench.planner.predict`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workbench.models import Sequential
+from workbench.optim import Optimizer
+from workbench.parallel.collectives import plan_buckets
+from workbench.parallel.model_parallel.graph import build_model_parallel_graph
+from workbench.parallel.parameter_server.partitioner import place_variables
+from workbench.parallel.pipeline.schedules import make_schedule
+from workbench.parallel.pipeline.stages import build_stage_graphs, split_layers
+from workbench.planner.device_costs import DeviceCosts
+from workbench.planner.graph_segments import graph_seconds, node_actions
+from workbench.simulate import (
+    Action,
+    Compute,
+    LinkModel,
+    Recv,
+    Send,
+    Signal,
+    Wait,
+    allreduce,
+    pipeline_programs,
+    push_pull,
+)
+from workbench.training.graphs import build_training_graph, build_update_graph, gradient_name
+
+COMMUNICATION = "communication"  # the replica's all-reduce thread
+
+
+@dataclass
+class StepPrograms:
+    programs: dict[str, list[Action]]
+    link: LinkModel
+    notes: list[str] = field(default_factory=list)
+    stage_devices: tuple[str, ...] = ()  # a pipeline's, for its bubble
+
+
+def one_device_step(
+    model: Sequential, optimizer: Optimizer, batch: int, dtype: str, device: str, costs
+) -> StepPrograms:
+    """``one-device`` (``strategies/one_device.py``): the whole training graph, in order."""
+    graph = build_training_graph(model, optimizer, batch, dtype).graph
+    actions = node_actions(graph, costs, device, lambda node: (), _update_phase)
+    return StepPrograms({device: actions}, costs.peer_link)
+
+
+def _update_phase(node) -> str:
+    return "update" if node.name.startswith("update/") else "compute"
+
+
+def mirrored_step(
+    model: Sequential,
+    optimizer: Optimizer,
+    batch: int,
+    dtype: str,
+    devices: Sequence[str],
+    costs: DeviceCosts,
+    algorithm: str,
+    groups: Sequence[Sequence[str]] | None,
+    bucket_bytes: int,
+) -> StepPrograms:
+    """``mirrored`` (``parallel/data_parallel/replica.py``): each replica runs backward on its
+    share; when the last gradient of a bucket appears, the bucket goes to the communication
+    thread, which all-reduces buckets one after another while backward goes on; then the
+    update."""
+    replicas = len(devices)
+    graph = build_training_graph(model, None, batch // replicas, dtype).graph
+    update = build_update_graph(model, optimizer, dtype)
+    itemsize = np.dtype(dtype).itemsize
+    buckets = plan_buckets(model.parameter_shapes(), itemsize, bucket_bytes)
+    bucket_of = {name: index for index, b in enumerate(buckets) for name in b.names}
+    producer = {graph.outputs[gradient_name(name)].node: name for name in model.parameter_shapes()}
+    programs: dict[str, list[Action]] = {}
+    for device in devices:
+        filled = {index: 0 for index in range(len(buckets))}
+        order: list[int] = []
+
+        def bucket_ready(node, filled=filled, order=order) -> list[Action]:
+            name = producer.get(node.name)
+            if name is None:
+                return []
+            index = bucket_of[name]
+            filled[index] += 1
+            if filled[index] < len(buckets[index].names):
+                return []
+            order.append(index)
+            return [Signal(f"bucket{index}")]
+
+        actions = node_actions(graph, costs, device, bucket_ready)
+        programs[device] = actions
+    communication: dict[str, list[Action]] = {device: [] for device in devices}
+    for index in order:
+        nbytes = buckets[index].size * itemsize
+        reduced = allreduce(
+            list(devices),
+            nbytes,
+            costs.add_seconds_per_byte,
+            f"b{index}",
+            algorithm,
+            groups,
+            itemsize=itemsize,
+            stream=COMMUNICATION,
+        )
+        for device in devices:
+            communication[device] += [Wait(f"bucket{index}", COMMUNICATION), *reduced[device]]
+    for device in devices:
+        programs[device] += communication[device]
+        programs[device] += [
+            Signal("reduced", COMMUNICATION),
+            Wait("reduced"),
+            Compute(graph_seconds(update, costs, device), "update", phase="update"),
+        ]
+    return StepPrograms(programs, costs.peer_link)
+
+
+def central_storage_step(
+    model: Sequential,
+    optimizer: Optimizer,
+    batch: int,
+    dtype: str,
+    devices: Sequence[str],
+    costs: DeviceCosts,
+    bucket_bytes: int,
+) -> StepPrograms:
+    """``central-storage`` (``replica.py`` ``_central_update``): every replica computes its
+    gradients, reduces them to rank 0 bucket by bucket, rank 0 updates the only copy and
+    broadcasts the new values."""
+    replicas = len(devices)
+    graph = build_training_graph(model, None, batch // replicas, dtype).graph
+    update = build_update_graph(model, optimizer, dtype)
+    itemsize = np.dtype(dtype).itemsize
+    total = sum(b.size for b in plan_buckets(model.parameter_shapes(), itemsize, bucket_bytes))
+    exchange = push_pull(
+        list(devices),
+        [devices[0]],
+        total * itemsize,
+        costs.add_seconds_per_byte,
+        "central",
+        update_seconds=graph_seconds(update, costs, devices[0]),
+    )
+    programs = {
+        device: [*node_actions(graph, costs, device, lambda node: ()), *exchange[device]]
+        for device in devices
+    }
+    return StepPrograms(programs, costs.peer_link)
+
+
+def parameter_server_step(
+    model: Sequential,
+    optimizer: Optimizer,
+    batch: int,
+    dtype: str,
+    workers: Sequence[str],
+    shards: Sequence[str],
+    costs: DeviceCosts,
+    partition_min_bytes: int | None = None,
+) -> StepPrograms:
+    """``parameter-server`` sync (``parallel/parameter_server/worker_loop.py``,
+    ``shard_service.py``): each worker pulls every shard's variables (a Dask RPC per shard, in
+    shard order), computes its gradients, pushes each shard its part (an RPC answered once the
+    shard has taken it); each shard, once every worker's push is in, applies the update, which
+    the next step's pulls wait for."""
+    itemsize = np.dtype(dtype).itemsize
+    graph = build_training_graph(model, None, batch // len(workers), dtype).graph
+    pieces = place_variables(model.parameter_shapes(), len(shards), itemsize, partition_min_bytes)
+    shard_bytes = [0] * len(shards)
+    shard_names: list[list[str]] = [[] for _ in shards]
+    for piece in pieces:
+        shard_bytes[piece.shard] += int(np.prod(piece.shape)) * itemsize
+        shard_names[piece.shard].append(piece.variable)
+    programs: dict[str, list[Action]] = {device: [] for device in [*workers, *shards]}
+    for worker in workers:
+        programs[worker] += [Recv(shard, f"pull/{worker}", phase="ps-pull") for shard in shards]
+        programs[worker] += node_actions(graph, costs, worker, lambda node: ())
+        for shard, nbytes in zip(shards, shard_bytes):
+            programs[worker] += [
+                Send(shard, nbytes, f"push/{worker}", phase="ps-push"),
+                Recv(shard, f"ack/{worker}", phase="ps-push"),
+            ]
+    for shard, nbytes, names in zip(shards, shard_bytes, shard_names):
+        for worker in workers:
+            programs[shard].append(Send(worker, nbytes, f"pull/{worker}", phase="ps-pull"))
+        for worker in workers:
+            programs[shard] += [
+                Recv(worker, f"push/{worker}", phase="ps-push"),
+                Compute(nbytes * costs.add_seconds_per_byte, "sum", phase="update"),
+                Send(worker, 8, f"ack/{worker}", phase="ps-push"),
+            ]
+        update = build_update_graph(model, optimizer, dtype, sorted(set(names)))
+        programs[shard].append(
+            Compute(graph_seconds(update, costs, shard), "update", phase="update")
+        )
+    return StepPrograms(programs, costs.rpc_link)
+
+
+def model_parallel_step(
+    model: Sequential,
+    optimizer: Optimizer,
+    batch: int,
+    dtype: str,
+    devices: Sequence[str],
+    costs: DeviceCosts,
+    graph_plan=None,
+) -> StepPrograms:
+    """``model-parallel`` (``parallel/model_parallel/device.py``): each device runs its
+    partition's nodes in order; a Send puts its tensor on the link, a Recv waits for it."""
+    plan = graph_plan or build_model_parallel_graph(model, optimizer, batch, dtype, devices)
+    programs = {}
+    for device, partition in plan.partitioned.partitions.items():
+
+        def transfers(node, partition=partition) -> list[Action]:
+            if node.op == "send":
+                nbytes = partition.type_of(node.inputs[0]).nbytes
+                return [Send(node.attrs["target"], nbytes, node.attrs["key"])]
+            if node.op == "recv":
+                return [Recv(node.attrs["source"], node.attrs["key"])]
+            return []
+
+        programs[device] = node_actions(partition, costs, device, transfers, _update_phase)
+    return StepPrograms(programs, costs.peer_link)
+
+
+def pipeline_step(
+    model: Sequential,
+    optimizer: Optimizer,
+    batch: int,
+    dtype: str,
+    devices: Sequence[str],
+    costs: DeviceCosts,
+    microbatches: int,
+    schedule: str,
+) -> StepPrograms:
+    """``pipeline`` (``parallel/pipeline/stage_worker.py``): stage s runs its schedule's
+    forward and backward passes of each micro-batch, receiving activations from s-1 and
+    gradients from s+1, then updates its layers."""
+    stages = len(devices)
+    micro = batch // microbatches
+    layer_groups = split_layers(model, stages)
+    itemsize = np.dtype(dtype).itemsize
+    forward, backward, updates, boundary = [], [], [], []
+    for stage, (device, layers) in enumerate(zip(devices, layer_groups)):
+        graphs = build_stage_graphs(
+            model, layers, micro, dtype, first=stage == 0, last=stage == stages - 1
+        )
+        forward.append(graph_seconds(graphs.forward, costs, device))
+        backward.append(graph_seconds(graphs.backward, costs, device))
+        update = build_update_graph(model, optimizer, dtype, graphs.parameter_names)
+        updates.append(graph_seconds(update, costs, device))
+        if stage < stages - 1:
+            out_shape = model.shapes[layers.stop]
+            boundary.append(int(np.prod((micro, *out_shape))) * itemsize)
+    programs = pipeline_programs(
+        list(devices),
+        make_schedule(schedule, stages, microbatches),
+        forward,
+        backward,
+        boundary,
+        update_seconds=updates,
+    )
+    return StepPrograms(programs, costs.peer_link, stage_devices=tuple(devices))
