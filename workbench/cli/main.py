@@ -10,12 +10,14 @@ from workbench.bench.command import bench_command
 from workbench.data import load_dataset
 from workbench.events import EventLog
 from workbench.launch.errors import USER_ERRORS
-from workbench.launch.flags import parse_run_flags
+from workbench.launch.flags import PlanRequest, parse_plan_flags, parse_run_flags
 from workbench.launch.graph_plans import graph_plan
 from workbench.launch.run_link import RunLink, new_run_id
 from workbench.launch.runner import PreparedRun, RunResult, prepare_run, stderr_progress
+from workbench.launch.what_if import calibrate_cluster, calibration_summary, model_for, plan_what_if
 from workbench.models import build_model
 from workbench.parallel.dispatch import DeviceFailure
+from workbench.planner.what_if import format_table
 from workbench.runtime.cluster import ClusterError
 from workbench.store import RunStore
 
@@ -23,7 +25,9 @@ USAGE = """usage: dtrain <command> [flags]
 
 commands:
   run     train a model with a parallel strategy (dtrain run --help)
-  plan    show how the master places and partitions the run's client graph (same flags)
+  plan    show how the master places and partitions the run's client graph (same flags);
+          --what-if: predict every strategy for this model, batch and cluster, ranked
+  calibrate  time the devices, links and dispatch of the run's cluster (cached)
   bench   run the benchmark suites side by side with their peers (dtrain bench --help)
 """
 
@@ -56,9 +60,12 @@ def _train_recorded(prepared: PreparedRun) -> RunResult:
 
 
 def plan_command(argv: Sequence[str]) -> int:
-    """Print the placement, the partitions and the Send/Recv pairs, without starting anything."""
+    """Print the placement, the partitions and the Send/Recv pairs, without starting anything;
+    with ``--what-if``, the ranked predictions of every strategy."""
     try:
-        config = parse_run_flags(argv, prog="dtrain plan")
+        config, request = parse_plan_flags(argv)
+        if request.what_if:
+            return _what_if(config, request)
         dataset = load_dataset(config.dataset, seed=config.seed)
         model = build_model(config.model, dataset.input_shape, dataset.num_classes, config.hidden)
         plan = graph_plan(config, model)
@@ -67,6 +74,39 @@ def plan_command(argv: Sequence[str]) -> int:
         return 2
     print(model.summary())
     print(plan.describe())
+    return 0
+
+
+def _what_if(config, request: PlanRequest) -> int:
+    try:
+        plan = plan_what_if(config, request.what_if_cluster, stderr_progress)
+    except (*USER_ERRORS, ClusterError) as error:
+        print(f"dtrain plan: error: {error}", file=sys.stderr)
+        return 2
+    if config.json:
+        configurations = [row.to_dict() for row in plan.rows]
+        print(json.dumps({"source": plan.source, "configurations": configurations}, indent=2))
+        return 0
+    print(f"what if: {config.model}, batch {config.batch_size}, {plan.source}")
+    print(format_table(plan.rows))
+    return 0
+
+
+def calibrate_command(argv: Sequence[str]) -> int:
+    """Time the cluster ``dtrain run`` would use for this model (nodes at every batch size
+    the what-if table needs, links, dispatch) and cache it in the run store."""
+    try:
+        config = parse_run_flags(argv, prog="dtrain calibrate")
+        calibrated = calibrate_cluster(config, model_for(config), stderr_progress)
+    except (*USER_ERRORS, ClusterError) as error:
+        print(f"dtrain calibrate: error: {error}", file=sys.stderr)
+        return 2
+    summary = calibration_summary(calibrated)
+    if config.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        for key, value in summary.items():
+            print(f"{key:<24} {value}")
     return 0
 
 
@@ -80,10 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_command(rest)
     if command == "plan":
         return plan_command(rest)
+    if command == "calibrate":
+        return calibrate_command(rest)
     if command == "bench":
         return bench_command(rest)
     print(
-        f"dtrain: error: unknown command {command!r}; choose one of: run, plan, bench",
+        f"dtrain: error: unknown command {command!r}; choose one of: run, plan, calibrate, bench",
         file=sys.stderr,
     )
     return 2

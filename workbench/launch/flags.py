@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import difflib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from workbench.config import RUN_OPTIONS, ConfigError, Option, RunConfig
+from workbench.config import RUN_OPTIONS, ConfigError, Option, RunConfig, check_run_options
 from workbench.strategies import STRATEGIES, validate_config
 
 
@@ -114,8 +115,54 @@ def parse_run_flags(argv: Sequence[str], prog: str = "dtrain run") -> RunConfig:
     >>> parse_run_flags(["--strategy", "mirrored", "--devices", "2"]).allreduce
     'auto'
     """
-    values = vars(build_parser(prog).parse_args(list(argv)))
+    return _config(vars(build_parser(prog).parse_args(list(argv))))
+
+
+def _config(values: dict, strategy_rules: bool = True) -> RunConfig:
     for name, value in values.items():
         if isinstance(value, list):  # a repeatable flag
             values[name] = tuple(value)
+    if not strategy_rules:
+        config = RunConfig(**values)
+        check_run_options(config)
+        return config
     return validate_config(RunConfig(**values))
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What ``dtrain plan`` is asked beyond the run's flags."""
+
+    what_if: bool = False
+    what_if_cluster: str | None = None
+
+
+def parse_plan_flags(argv: Sequence[str]) -> tuple[RunConfig, PlanRequest]:
+    """The run's flags plus ``--what-if`` and ``--what-if-cluster SPEC`` (which implies it).
+
+    Examples
+    --------
+    >>> config, request = parse_plan_flags(["--devices", "2", "--what-if-cluster", "dgx-h100"])
+    >>> config.devices, request.what_if, request.what_if_cluster
+    (2, True, 'dgx-h100')
+    """
+    parser = build_parser("dtrain plan")
+    plan = parser.add_argument_group("plan options")
+    plan.add_argument(
+        "--what-if",
+        action="store_true",
+        help="predict every strategy and its main options for this model, batch and cluster "
+        "(the local cluster of --devices, calibrated), ranked",
+    )
+    plan.add_argument(
+        "--what-if-cluster",
+        metavar="SPEC",
+        help="predict on a described cluster instead: a preset (dgx-h100, dgx-h200, dgx-a100, "
+        "cloud-8xv100-25g, laptop) and/or fields like "
+        "hosts=16,gpus-per-host=8,intra=nvlink:300GB/s,inter=200Gb/s",
+    )
+    values = vars(parser.parse_args(list(argv)))
+    cluster = values.pop("what_if_cluster")
+    what_if = values.pop("what_if") or cluster is not None
+    # A what-if plan tries every strategy: only the run options must hold.
+    return _config(values, strategy_rules=not what_if), PlanRequest(what_if, cluster)

@@ -67,8 +67,14 @@ def resolve_device(constraint: str, devices: Sequence[str]) -> str:
     '/job:worker/task:1/device:CPU:0'
     """
     parts = [part for part in constraint.strip("/").split("/") if part]
+    # Names without a leading slash (a described cluster's ``host0/gpu1``) match alike.
     matches = [
-        d for d in devices if all(f"/{part}" in f"{d}/" or f"/{part}/" in f"{d}/" for part in parts)
+        d
+        for d in devices
+        if all(
+            f"/{part}/" in f"/{d.lstrip('/')}/" or f"/{part}" in f"/{d.lstrip('/')}/"
+            for part in parts
+        )
     ]
     if len(matches) != 1:
         listed = ", ".join(devices)

@@ -13,7 +13,7 @@ roofline), links are the description's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import median
 from typing import Protocol
 
@@ -47,9 +47,19 @@ class DeviceCosts:
     dispatch_seconds: float
     source: str  # "calibrated", "described: <name>" or "fixed rates"
     cluster: ClusterDescription | None = None  # a described cluster answers links per pair
+    # Node times asked again (the same graph on every replica): answered once. A described
+    # cluster's devices are alike, so its answers are shared by every device.
+    _known: dict = field(default_factory=dict, compare=False, repr=False)
+    _graphs: list = field(default_factory=list, compare=False, repr=False)  # ids stay unique
 
     def node_seconds(self, graph: Graph, node: Node, device: str) -> float:
-        return self.cost_model.node_seconds(graph, node, device)
+        key = (id(graph), node.name, "" if self.cluster is not None else device)
+        seconds = self._known.get(key)
+        if seconds is None:
+            if not any(kept is graph for kept in self._graphs[-8:]):
+                self._graphs.append(graph)
+            seconds = self._known[key] = self.cost_model.node_seconds(graph, node, device)
+        return seconds
 
     def peer_link(self, source: str, destination: str) -> Link:
         if self.cluster is not None:

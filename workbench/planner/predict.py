@@ -85,9 +85,11 @@ def step_programs(
     if name == "mirrored":
         algorithm = config.allreduce if config.allreduce != "auto" else "ring"
         groups = None
-        if algorithm == "hierarchical-copy":
-            strategy = STRATEGIES[name]
-            ranks = strategy.groups(config, ["127.0.0.1:0"] * len(devices))
+        if algorithm == "hierarchical-copy" and costs.cluster is not None:
+            groups = costs.cluster.hosts_of(devices)  # a described cluster's hosts
+        elif algorithm == "hierarchical-copy":
+            # One local host: the strategy's even groups, as its run forms them.
+            ranks = STRATEGIES[name].groups(config, ["127.0.0.1:0"] * len(devices))
             groups = [[devices[rank] for rank in group] for group in ranks]
         return mirrored_step(
             model, optimizer, batch, dtype, devices, costs, algorithm, groups, bucket_bytes

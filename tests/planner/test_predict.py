@@ -1,0 +1,112 @@
+"""Predictions from literal costs: every node 1 ms, links free or priced, so each strategy's
+predicted step can be worked out by hand."""
+
+import math
+
+import pytest
+
+from workbench.config import RunConfig
+from workbench.models import build_model
+from workbench.optim import make_optimizer
+from workbench.planner.device_costs import DeviceCosts
+from workbench.planner.predict import PlanningError, predict
+from workbench.simulate import Link
+from workbench.strategies import validate_config
+from workbench.training.graphs import build_training_graph, build_update_graph
+
+NODE = 1e-3
+
+
+class EveryNodeOneMillisecond:
+    def node_seconds(self, graph, node, device):
+        return 0.0 if node.op == "variable" else NODE
+
+
+def costs(link=Link(0.0, math.inf), overhead=0.0, dispatch=0.0) -> DeviceCosts:
+    return DeviceCosts(
+        cost_model=EveryNodeOneMillisecond(),
+        peer_links={},
+        rpc_links={},
+        default_peer=link,
+        default_rpc=link,
+        add_bytes_per_second=math.inf,
+        step_overhead_seconds=overhead,
+        dispatch_seconds=dispatch,
+        source="literal",
+    )
+
+
+MODEL = build_model("mlp", (16,), 4, (8, 8))
+OPTIMIZER = make_optimizer("sgd")
+
+
+def config(**values) -> RunConfig:
+    return validate_config(RunConfig(batch_size=8, optimizer="sgd", **values))
+
+
+def executed(graph) -> int:
+    return sum(node.op not in ("placeholder", "constant", "variable") for node in graph.nodes)
+
+
+def test_one_device_is_every_node_of_the_training_step_plus_the_step_overhead():
+    graph = build_training_graph(MODEL, OPTIMIZER, 8, "float32").graph
+    prediction = predict(config(), MODEL, OPTIMIZER, costs(overhead=2e-3))
+    assert prediction.step_seconds == pytest.approx(executed(graph) * NODE + 2e-3)
+
+
+def test_mirrored_with_free_links_is_one_replicas_backward_and_update_plus_dispatch():
+    gradients = build_training_graph(MODEL, None, 4, "float32").graph
+    update = build_update_graph(MODEL, OPTIMIZER, "float32")
+    prediction = predict(
+        config(strategy="mirrored", devices=2, allreduce="ring"),
+        MODEL,
+        OPTIMIZER,
+        costs(dispatch=20e-3),
+    )
+    expected = (executed(gradients) + executed(update)) * NODE + 20e-3 / 20
+    assert prediction.step_seconds == pytest.approx(expected)
+
+
+def test_a_slow_link_makes_the_all_reduce_the_difference():
+    free = predict(config(strategy="mirrored", devices=2), MODEL, OPTIMIZER, costs())
+    slow = predict(config(strategy="mirrored", devices=2), MODEL, OPTIMIZER, costs(Link(0.0, 1e6)))
+    gradient_bytes = sum(math.prod(shape) * 4 for shape in MODEL.parameter_shapes().values())
+    # Ring: each rank puts 2(N-1)/N of the gradient on its link; all backward gradients
+    # form one bucket, reduced after the last one appears.
+    assert slow.step_seconds - free.step_seconds == pytest.approx(gradient_bytes / 1e6, rel=0.05)
+
+
+def test_more_micro_batches_shrink_the_pipeline_bubble():
+    model = build_model("mlp", (16,), 16, (16,))
+    bubbles = [
+        predict(
+            config(strategy="pipeline", devices=2, microbatches=m, schedule="gpipe"),
+            model,
+            OPTIMIZER,
+            costs(),
+        ).bubble
+        for m in (2, 4, 8)
+    ]
+    assert bubbles[0] > bubbles[1] > bubbles[2] > 0
+
+
+def test_parameter_servers_add_the_shard_devices():
+    prediction = predict(
+        config(strategy="parameter-server", devices=2, ps=2), MODEL, OPTIMIZER, costs()
+    )
+    assert len(prediction.devices) == 4
+    assert all(prediction.memory_bytes[device] > 0 for device in prediction.devices)
+
+
+def test_what_is_not_predicted_is_refused_by_its_flag():
+    with pytest.raises(PlanningError, match="--mode async"):
+        predict(
+            config(strategy="parameter-server", devices=2, mode="async"),
+            MODEL,
+            OPTIMIZER,
+            costs(),
+        )
+    with pytest.raises(PlanningError, match="--compression"):
+        predict(
+            config(strategy="mirrored", devices=2, compression="fp16"), MODEL, OPTIMIZER, costs()
+        )
