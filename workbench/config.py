@@ -359,8 +359,8 @@ RUN_OPTIONS: tuple[Option, ...] = (
     _run_option(
         "no_calibrate",
         bool,
-        "do not time the devices at run start (placement and the predicted step time then use "
-        "fixed rates); a cached calibration of the same cluster is still used",
+        "do not time the devices at run start: placement uses a cached calibration of the "
+        "same cluster if there is one, else fixed rates, and without one no step is predicted",
     ),
 )
 

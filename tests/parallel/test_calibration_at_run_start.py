@@ -1,0 +1,61 @@
+"""A run times its devices before it plans, caches what it measured per cluster, reports the
+step the planner predicted beside the step it measured, and ``--no-calibrate`` measures
+nothing."""
+
+from workbench.config import RunConfig
+from workbench.costs import Calibration
+from workbench.launch.runner import run_training
+from workbench.models import build_model
+from workbench.optim import make_optimizer
+from workbench.runtime.calibration_probe import time_graph_nodes
+from workbench.store import RunStore
+from workbench.training.graphs import build_training_graph
+
+RUN = dict(
+    strategy="mirrored",
+    devices=2,
+    dataset="synthetic:32:4:512",
+    hidden=(32,),
+    batch_size=64,
+    steps=30,
+)
+
+
+def calibrations(root) -> list[Calibration]:
+    folder = root / "calibrations"
+    return [Calibration.from_json(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+
+def test_a_run_reports_its_predicted_step_and_caches_its_calibration(store_root):
+    lines: list[str] = []
+    first = run_training(RunConfig(**RUN), progress=lines.append).summary
+    assert first["predicted_step_ms"] > 0 and first["measured_step_ms"] > 0
+    (cached,) = calibrations(store_root)
+    assert len(cached.devices) == 2
+    assert cached.links and cached.dispatch_seconds > 0
+    assert all(cached.op_seconds[device] for device in cached.devices)
+    assert any(line.startswith("[plan] predicted step") for line in lines)
+
+    # The same cluster and model again: everything is cached, nothing is measured anew.
+    again: list[str] = []
+    run_training(RunConfig(**RUN), progress=again.append)
+    (reused,) = calibrations(store_root)
+    assert reused.measured_seconds < cached.measured_seconds + 0.01
+    assert reused.links == cached.links
+
+
+def test_no_calibrate_measures_nothing_and_predicts_nothing_without_a_cache(store_root):
+    summary = run_training(RunConfig(**RUN, no_calibrate=True), progress=lambda line: None).summary
+    assert "predicted_step_ms" not in summary
+    assert not (store_root / "calibrations").exists()
+    assert RunStore(store_root).runs() == []
+
+
+def test_every_node_of_a_training_step_is_timed_at_its_shapes():
+    model = build_model("mlp", (32,), 4, (16,))
+    graph = build_training_graph(model, make_optimizer("adam"), 8, "float32").graph
+    times, overhead = time_graph_nodes(graph, repeats=2)
+    assert overhead >= 0
+    assert any(signature.startswith("matmul(8x32:float32,32x16") for signature in times)
+    assert any(signature.startswith("apply_adam(") for signature in times)
+    assert all(seconds >= 0 for seconds in times.values())
