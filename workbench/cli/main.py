@@ -94,10 +94,10 @@ def _what_if(config, request: PlanRequest) -> int:
 
 def calibrate_command(argv: Sequence[str]) -> int:
     """Time the cluster ``dtrain run`` would use for this model (nodes at every batch size
-    the what-if table needs, links, dispatch) and cache it in the run store."""
+    the what-if table needs, links, dispatch), afresh, and cache it in the run store."""
     try:
         config = parse_run_flags(argv, prog="dtrain calibrate")
-        calibrated = calibrate_cluster(config, model_for(config), stderr_progress)
+        calibrated = calibrate_cluster(config, model_for(config), stderr_progress, fresh=True)
     except (*USER_ERRORS, ClusterError) as error:
         print(f"dtrain calibrate: error: {error}", file=sys.stderr)
         return 2

@@ -62,9 +62,15 @@ def model_for(config: RunConfig) -> Sequential:
 
 
 def calibrate_cluster(
-    config: RunConfig, model: Sequential, progress: Progress, store: RunStore | None = None
+    config: RunConfig,
+    model: Sequential,
+    progress: Progress,
+    store: RunStore | None = None,
+    fresh: bool = False,
 ) -> Calibrated:
-    """Calibrate (or read the cache of) the cluster ``config`` names, for ``model``."""
+    """Calibrate (or read the cache of) the cluster ``config`` names, for ``model``;
+    ``fresh`` measures everything again and replaces the cache (``dtrain calibrate``: a
+    calibration taken while the machine was busy would otherwise stay)."""
     store = store or RunStore()
     optimizer = make_optimizer(config.optimizer)
     sizes = what_if_batch_sizes(config.batch_size, config.devices)
@@ -73,7 +79,7 @@ def calibrate_cluster(
     kind = "gpu" if config.device_type == "gpu" else "cpu"
     local = device_name(kind)
     signature = in_process_signature(local, kind)
-    cached = _cached(store, signature)
+    cached = None if fresh else _cached(store, signature)
     one_device = calibrate_in_process(graphs[-1:], local, kind, cached)
     store.save_calibration(signature, one_device.to_json())
     progress(f"[calibrate] timing {len(sizes)} batch sizes on {config.devices} devices")
@@ -81,8 +87,9 @@ def calibrate_cluster(
         config.devices, config.device_type, config.cluster, protocol=config.protocol
     ) as session:
         signature = session_signature(session)
+        known = None if fresh else _cached(store, signature)
         cluster = calibrate_session(
-            session, graphs, known=_cached(store, signature), stall_timeout=config.stall_timeout
+            session, graphs, known=known, stall_timeout=config.stall_timeout
         )
         store.save_calibration(signature, cluster.to_json())
     return Calibrated(cluster, one_device, time.perf_counter() - started)
