@@ -10,7 +10,12 @@ from workbench.bench.command import bench_command
 from workbench.data import load_dataset
 from workbench.events import EventLog
 from workbench.launch.errors import USER_ERRORS
-from workbench.launch.flags import PlanRequest, parse_plan_flags, parse_run_flags
+from workbench.launch.flags import (
+    PlanRequest,
+    parse_calibrate_flags,
+    parse_plan_flags,
+    parse_run_flags,
+)
 from workbench.launch.graph_plans import graph_plan
 from workbench.launch.run_link import RunLink, new_run_id
 from workbench.launch.runner import PreparedRun, RunResult, prepare_run, stderr_progress
@@ -96,7 +101,7 @@ def calibrate_command(argv: Sequence[str]) -> int:
     """Time the cluster ``dtrain run`` would use for this model (nodes at every batch size
     the what-if table needs, links, dispatch), afresh, and cache it in the run store."""
     try:
-        config = parse_run_flags(argv, prog="dtrain calibrate")
+        config = parse_calibrate_flags(argv)
         calibrated = calibrate_cluster(config, model_for(config), stderr_progress, fresh=True)
     except (*USER_ERRORS, ClusterError) as error:
         print(f"dtrain calibrate: error: {error}", file=sys.stderr)

@@ -129,6 +129,19 @@ def _config(values: dict, strategy_rules: bool = True) -> RunConfig:
     return validate_config(RunConfig(**values))
 
 
+def parse_calibrate_flags(argv: Sequence[str]) -> RunConfig:
+    """``dtrain calibrate``'s flags: the run's, of which only the cluster (``--devices``,
+    ``--cluster``, ``--device-type``) and the model and batch matter, so no strategy's
+    rules apply.
+
+    Examples
+    --------
+    >>> parse_calibrate_flags(["--devices", "4"]).devices
+    4
+    """
+    return _config(vars(build_parser("dtrain calibrate").parse_args(list(argv))), False)
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     """What ``dtrain plan`` is asked beyond the run's flags."""
