@@ -134,6 +134,8 @@ MALFORMED = [
     ("stop nosuchrun", None, ["stop", "'nosuchrun'", "matches no run"]),
     ("panel now", None, ["panel", "no arguments"]),
     ("compare --devices 2", None, ["compare", "name the strategies first"]),
+    ("plan --what-if-cluster dgx-h900", None, ["plan", "--what-if-cluster", "dgx-h900"]),
+    ("plan --strategy one-device", None, ["plan", "--strategy", "model-parallel"]),
     ("list", "x = 1", ["list", "takes no cell"]),
     ("--steps 3", "", ["cell body is empty"]),  # IPython's own check
     ("--steps 3", "   \n  ", ["cell is empty"]),

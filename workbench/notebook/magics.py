@@ -17,13 +17,17 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from workbench.distribute import start
 from workbench.launch.background_run import BackgroundRun, RunTable
 from workbench.launch.errors import USER_ERRORS
-from workbench.launch.flags import build_parser, parse_run_flags
+from workbench.launch.flags import build_parser, parse_plan_flags, parse_run_flags
+from workbench.launch.what_if import plan_what_if
 from workbench.models import Sequential
 from workbench.notebook.compare import Comparison, comparison_flag_sets
 from workbench.notebook.display import ensure_bokehjs, show
+from workbench.notebook.graph_view import plan_view
 from workbench.notebook.panel import TrainingForm, form_start
+from workbench.notebook.what_if_view import WhatIfTable
+from workbench.runtime.cluster import ClusterError
 
-SUBCOMMANDS = ("list", "stop", "status", "panel", "compare")
+SUBCOMMANDS = ("list", "stop", "status", "panel", "compare", "plan")
 NOTEBOOK_FLAGS = """
 notebook flags (besides those of dtrain run):
   -o NAME      store the run's handle in the variable NAME (.wait(), .stop(), .metrics, .events)
@@ -39,6 +43,9 @@ subcommands:
                         show them side by side (loss, samples/s, bytes, busy, bubble, staleness);
                         --compression may list values too (--compression none,fp16,topk:0.01):
                         one run per strategy and value
+  %dtrain plan [flags]  the run's placed and partitioned graph, drawn
+  %dtrain plan --what-if [--what-if-cluster SPEC] [flags]
+                        every strategy predicted for this model, batch and cluster, ranked
 
 %%dtrain [flags]: the cell builds the model with the Python API and binds it to ``model``.
 """
@@ -151,9 +158,20 @@ class WorkbenchMagics(Magics):
             )
         return model
 
+    def _plan(self, arguments: list[str]) -> Any:
+        try:
+            config, request = parse_plan_flags(arguments)
+            if request.what_if:
+                return WhatIfTable(plan_what_if(config, request.what_if_cluster, print))
+            return plan_view(config)
+        except (*USER_ERRORS, ClusterError) as error:
+            raise UsageError(f"%dtrain plan: {error}") from None
+
     def _subcommand(self, name: str, arguments: list[str]) -> Any:
         if name == "compare":
             return self._compare(arguments)
+        if name == "plan":
+            return self._plan(arguments)
         if name == "panel":
             if arguments:
                 raise UsageError(f"%dtrain panel: takes no arguments, got {' '.join(arguments)}")
