@@ -101,23 +101,29 @@ class _Engine:
 
     def run(self) -> Timeline:
         while self.queue:
-            time, device, index = heapq.heappop(self.queue)
-            self.events += 1
-            action = self.actions[device][index]
-            if isinstance(action, Compute):
-                end = time + action.seconds
-                self._record(device, action, action.label, (time, end), "compute")
-                self._done(device, index, end)
-            elif isinstance(action, Send):
-                self._send(device, index, action, time)
-            elif isinstance(action, Recv):
-                self._receive(device, index, action, time)
-            elif isinstance(action, Signal):
-                self._signal(device, index, action, time)
-            elif isinstance(action, Wait):
-                self._wait(device, index, action, time)
-            else:
-                self._join_ring(device, index, action, time)
+            self._step(*heapq.heappop(self.queue))
+        return self._timeline()
+
+    def _step(self, time: float, device: int, index: int) -> None:
+        """Action ``index`` of ``device`` is next on its stream at ``time``: run it."""
+        self.events += 1
+        action = self.actions[device][index]
+        if isinstance(action, Compute):
+            self._compute(device, index, action, time)
+        elif isinstance(action, Send):
+            self._send(device, index, action, time)
+        elif isinstance(action, Recv):
+            self._receive(device, index, action, time)
+        elif isinstance(action, Signal):
+            self._signal(device, index, action, time)
+        elif isinstance(action, Wait):
+            self._wait(device, index, action, time)
+        else:
+            self._join_ring(device, index, action, time)
+
+    def _timeline(self) -> Timeline:
+        """What the run produced, once nothing is left to do; a stream still pending then can
+        never finish."""
         if self.pending:
             raise DeadlockError(
                 {
@@ -170,16 +176,25 @@ class _Engine:
             self.links[pair] = self.link_model(source, destination)
         return self.links[pair]
 
+    def _compute(self, device: int, index: int, action: Compute, time: float) -> None:
+        end = time + action.seconds
+        self._record(device, action, action.label, (time, end), "compute")
+        self._done(device, index, end)
+
     def _send(self, device: int, index: int, action: Send, time: float) -> None:
-        source = self.devices[device]
-        pair = (source, action.to)
-        link = self._link(*pair)
-        put_end = max(time, self.link_free[pair]) + action.nbytes / link.bandwidth
+        pair = (self.devices[device], action.to)
+        put_end = max(time, self.link_free[pair]) + action.nbytes / self._link(*pair).bandwidth
         self.link_free[pair] = put_end
-        arrival = put_end + link.latency
+        self._record(device, action, action.key, (time, put_end), "send", sent=action.nbytes)
+        self._put(device, index, action, put_end)
+
+    def _put(self, device: int, index: int, action: Send, put_end: float) -> None:
+        """``action`` has put its last byte on the link at ``put_end``: the sender goes on and
+        the message arrives a latency later."""
+        source = self.devices[device]
+        arrival = put_end + self._link(source, action.to).latency
         message = (source, action.to, action.key)
         self.arrivals[message] = (arrival, action.nbytes)
-        self._record(device, action, action.key, (time, put_end), "send", sent=action.nbytes)
         self._done(device, index, put_end)
         if message in self.waiting_receives:
             receiver, receive_index, posted = self.waiting_receives.pop(message)
