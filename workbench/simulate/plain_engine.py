@@ -86,12 +86,31 @@ class Engine:
         self.events = 0
 
     def run(self) -> Timeline:
-        while self.queue:
-            self._step(*heapq.heappop(self.queue))
+        # _step and _compute, inlined: a method call per event costs some 4% on big collectives.
+        queue, actions, pop = self.queue, self.actions, heapq.heappop
+        while queue:
+            time, device, index = pop(queue)
+            self.events += 1
+            action = actions[device][index]
+            if isinstance(action, Compute):
+                end = time + action.seconds
+                self._record(device, action, action.label, (time, end), "compute")
+                self._done(device, index, end)
+            elif isinstance(action, Send):
+                self._send(device, index, action, time)
+            elif isinstance(action, Recv):
+                self._receive(device, index, action, time)
+            elif isinstance(action, Signal):
+                self._signal(device, index, action, time)
+            elif isinstance(action, Wait):
+                self._wait(device, index, action, time)
+            else:
+                self._join_ring(device, index, action, time)
         return self._timeline()
 
     def _step(self, time: float, device: int, index: int) -> None:
-        """Action ``index`` of ``device`` is next on its stream at ``time``: run it."""
+        """Action ``index`` of ``device`` is next on its stream at ``time``: run it (for an
+        engine whose loop has other events to interleave)."""
         self.events += 1
         action = self.actions[device][index]
         if isinstance(action, Compute):
@@ -169,17 +188,16 @@ class Engine:
 
     def _send(self, device: int, index: int, action: Send, time: float) -> None:
         pair = (self.devices[device], action.to)
-        put_end = max(time, self.link_free[pair]) + action.nbytes / self._link(*pair).bandwidth
+        link = self._link(*pair)
+        put_end = max(time, self.link_free[pair]) + action.nbytes / link.bandwidth
         self.link_free[pair] = put_end
         self._record(device, action, action.key, (time, put_end), "send", sent=action.nbytes)
-        self._put(device, index, action, put_end)
+        self._put(device, index, action, put_end, put_end + link.latency)
 
-    def _put(self, device: int, index: int, action: Send, put_end: float) -> None:
-        """``action`` has put its last byte on the link at ``put_end``: the sender goes on and
-        the message arrives a latency later."""
-        source = self.devices[device]
-        arrival = put_end + self._link(source, action.to).latency
-        message = (source, action.to, action.key)
+    def _put(self, device: int, index: int, action: Send, put_end: float, arrival: float) -> None:
+        """``action`` has put its last byte on the link at ``put_end``: the sender goes on,
+        the message arrives at ``arrival``."""
+        message = (self.devices[device], action.to, action.key)
         self.arrivals[message] = (arrival, action.nbytes)
         self._done(device, index, put_end)
         if message in self.waiting_receives:
