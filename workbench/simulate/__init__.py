@@ -7,7 +7,10 @@ clocks, no I/O: the same inputs give the same timeline, so tests are literal.
 
 - ``programs``: the actions; ``links``: the link model (the sender puts its bytes on the link,
   the message arrives a latency later, one transfer at a time per directed link);
-  ``engine``: :func:`simulate`; ``timeline``: what it returns.
+  ``engine``: :func:`simulate`, which runs ``plain_engine``; ``timeline``: what it returns.
+- ``cores``: devices sharing a host's few cores (``simulate(..., cores=...)``): CPU work is
+  processor-shared, as an operating system time-slices runnable processes;
+  ``shared_engine`` runs programs so.
 - ``collectives``: programs of our all-reduce algorithms (ring, hierarchical, and one by
   its ``--allreduce`` name); ``reduce_broadcast``: reduce-to-one, its halves, and ``concat``
   to chain programs; ``push_pull``: central storage and parameter servers;

@@ -10,6 +10,7 @@ of several collectives (buckets) concatenate per device, with distinct keys.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 
@@ -69,33 +70,45 @@ def ring_allreduce(
     if size == 1:
         return {devices[0]: []}
     slice_elements = max(1, slice_bytes // itemsize)
-    bounds = chunk_bounds(elements, size)
+    chunks = tuple(hi - lo for lo, hi in chunk_bounds(elements, size))
+    ring = RingAllReduce(
+        tuple(devices), chunks, itemsize, slice_elements, add_seconds_per_byte, key, phase, stream
+    )
     if vectorised or (vectorised is None and size > VECTORISE_ABOVE):
-        chunks = tuple(hi - lo for lo, hi in bounds)
-        ring = RingAllReduce(
-            tuple(devices),
-            chunks,
-            itemsize,
-            slice_elements,
-            add_seconds_per_byte,
-            key,
-            phase,
-            stream,
-        )
         return {device: [ring] for device in devices}
+    return explicit_ring(ring)
+
+
+def explicit_ring(ring: RingAllReduce) -> Programs:
+    """The Send/Recv/Compute programs that play ``ring`` message by message, in its phase
+    and on its stream: what :func:`ring_allreduce` gives with ``vectorised=False``.
+
+    Examples
+    --------
+    >>> ring = RingAllReduce(("a", "b"), (1, 1), 4, 1024, 0.0, "g")
+    >>> [type(action).__name__ for action in explicit_ring(ring)["b"]]
+    ['Send', 'Recv', 'Send', 'Recv']
+    """
+    devices, size = ring.devices, len(ring.devices)
+    bounds = list(pairwise(np.cumsum((0, *ring.chunk_elements)).tolist()))
     programs: Programs = {}
     for rank, device in enumerate(devices):
         step = _RingStep(
-            devices[(rank + 1) % size], devices[(rank - 1) % size], itemsize, phase, stream
+            devices[(rank + 1) % size],
+            devices[(rank - 1) % size],
+            ring.itemsize,
+            ring.phase,
+            ring.stream,
         )
         actions: list[Action] = []
         for s in range(size - 1):
             outgoing, incoming = bounds[(rank - s) % size], bounds[(rank - s - 1) % size]
-            add = add_seconds_per_byte
-            actions += step.actions(f"{key}/rs{s}", outgoing, incoming, slice_elements, add)
+            add, label = ring.add_seconds_per_byte, f"{ring.key}/rs{s}"
+            actions += step.actions(label, outgoing, incoming, ring.slice_elements, add)
         for s in range(size - 1):
             outgoing, incoming = bounds[(rank + 1 - s) % size], bounds[(rank - s) % size]
-            actions += step.actions(f"{key}/ag{s}", outgoing, incoming, slice_elements, 0.0)
+            label = f"{ring.key}/ag{s}"
+            actions += step.actions(label, outgoing, incoming, ring.slice_elements, 0.0)
         programs[device] = actions
     return programs
 

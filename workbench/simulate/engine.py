@@ -1,248 +1,70 @@
-"""The discrete-event engine: programs and a link model in, a :class:`Timeline` out.
+"""Where a simulation starts: :func:`simulate` checks the programs and runs them.
 
-Every stream of every device holds one pending action. A priority queue holds, for each stream
-that can go on, the time it is ready and which action is next; the engine pops the earliest,
-runs that action (busy until some time, or blocked on a message, a signal or the other members
-of a ring) and queues what becomes ready. Ties go by device order (the programs' order), then by
-action order, so the same inputs give the same timeline. When the queue is empty and some
-stream has not finished, nothing will ever move it: :class:`DeadlockError` names them.
-
-A :class:`RingAllReduce` waits until every member has reached it, then
-:mod:`~workbench.simulate.lockstep_ring` plays the whole ring from each member's arrival time;
-the times are the explicit ring's unless other traffic uses the ring's links while it runs.
+The engine itself is :mod:`~workbench.simulate.plain_engine`: how events are ordered, how
+messages and rings are played, when a program is deadlocked. Given ``cores``,
+:mod:`~workbench.simulate.shared_engine` runs them instead, its devices sharing their hosts'
+cores as :mod:`~workbench.simulate.cores` models it.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
 
-import numpy as np
-
-from workbench.simulate.links import Link, LinkModel
-from workbench.simulate.lockstep_ring import simulate_ring
+from workbench.simulate.links import LinkModel
+from workbench.simulate.plain_engine import DeadlockError, Engine
 from workbench.simulate.program_checks import check_programs
-from workbench.simulate.programs import (
-    Action,
-    Compute,
-    Recv,
-    RingAllReduce,
-    Send,
-    Signal,
-    Wait,
-    describe,
-)
-from workbench.simulate.timeline import Interval, Timeline
+from workbench.simulate.programs import Action
+from workbench.simulate.shared_engine import simulate_shared
+from workbench.simulate.timeline import Timeline
+
+__all__ = ["DeadlockError", "simulate"]
 
 
-class DeadlockError(RuntimeError):
-    """Some streams can never finish; ``stuck`` maps (device, stream) to the action each
-    waits on."""
-
-    def __init__(self, stuck: dict[tuple[str, str], str]) -> None:
-        self.stuck = stuck
-        lines = [f"{device} [{stream}] waits on {what}" for (device, stream), what in stuck.items()]
-        super().__init__("deadlock, no stream can go on: " + "; ".join(lines))
-
-
-def simulate(programs: Mapping[str, Sequence[Action]], link: LinkModel) -> Timeline:
+def simulate(
+    programs: Mapping[str, Sequence[Action]],
+    link: LinkModel,
+    cores: Mapping[str, float] | None = None,
+    *,
+    host_of: Callable[[str], str] | None = None,
+    background: Mapping[str, float] | None = None,
+) -> Timeline:
     """Run one program per device over the links ``link(source, destination)`` describes.
+
+    ``cores`` (host -> its number of cores) makes the CPU work of the devices on those hosts
+    share them, as :mod:`~workbench.simulate.cores` describes: ``host_of(device)`` names a
+    device's host (default: the device itself, each on its own host) and ``background``
+    (host -> cores) what processes outside the programs keep busy there, such as a client and
+    a scheduler. A host not in ``cores`` has as many cores as its devices need; without
+    ``cores`` every device runs at full speed, the same timelines as before the model.
 
     Examples
     --------
     Device ``a`` computes for 1 s, then sends 1 MB over a 1 MB/s link of 0.5 s latency: the
     message is put from 1 s to 2 s and arrives at 2.5 s, when ``b``'s receive ends.
 
-    >>> from workbench.simulate.links import uniform
+    >>> from workbench.simulate.links import Link, uniform
     >>> from workbench.simulate.programs import Compute, Recv, Send
-    >>> timeline = simulate(
-    ...     {"a": [Compute(1.0, "work"), Send("b", 10**6, "x")], "b": [Recv("a", "x")]},
-    ...     uniform(Link(latency=0.5, bandwidth=1e6)),
-    ... )
+    >>> programs = {"a": [Compute(1.0, "work"), Send("b", 10**6, "x")], "b": [Recv("a", "x")]}
+    >>> one_mb_per_second = uniform(Link(latency=0.5, bandwidth=1e6))
+    >>> timeline = simulate(programs, one_mb_per_second)
     >>> [(i.device, i.kind, i.start, i.end) for i in timeline.intervals]
     [('a', 'compute', 0.0, 1.0), ('a', 'send', 1.0, 2.0), ('b', 'recv', 0.0, 2.5)]
     >>> timeline.makespan
     2.5
+
+    With ``b`` computing 1 s too, both on one host of one core, each gets half of it: both
+    computes end at 2 s, and ``a``'s put, alone on the core again, at 3 s.
+
+    >>> programs["b"].insert(0, Compute(1.0, "work"))
+    >>> timeline = simulate(programs, one_mb_per_second, {"host": 1}, host_of=lambda d: "host")
+    >>> for i in timeline.intervals:
+    ...     print(i.device, i.kind, i.start, i.end)
+    a compute 0.0 2.0
+    b compute 0.0 2.0
+    a send 2.0 3.0
+    b recv 2.0 3.5
     """
     check_programs(programs)
-    return _Engine(programs, link).run()
-
-
-class _Engine:
-    def __init__(self, programs: Mapping[str, Sequence[Action]], link: LinkModel) -> None:
-        self.devices = list(programs)
-        self.number = {name: number for number, name in enumerate(self.devices)}
-        self.actions = [list(programs[device]) for device in self.devices]
-        self.link_model = link
-        self.links: dict[tuple[str, str], Link] = {}
-        self.link_free: dict[tuple[str, str], float] = defaultdict(float)
-        self.queue: list[tuple[float, int, int]] = []
-        self.next_in_stream: list[list[int]] = []
-        self.pending: dict[tuple[int, str], int] = {}  # (device, stream) -> its action now
-        for device, actions in enumerate(self.actions):
-            following, last_of = [-1] * len(actions), {}
-            for index, action in enumerate(actions):
-                if action.stream in last_of:
-                    following[last_of[action.stream]] = index
-                else:
-                    self._ready(0.0, device, index)
-                last_of[action.stream] = index
-            self.next_in_stream.append(following)
-        self.finish = [0.0] * len(self.devices)
-        self.intervals: list[Interval] = []
-        self.arrivals: dict[tuple[str, str, str], tuple[float, int]] = {}
-        self.waiting_receives: dict[tuple[str, str, str], tuple[int, int, float]] = {}
-        self.signalled: dict[tuple[int, str], float] = {}
-        self.waiting_signals: dict[tuple[int, str], list[tuple[int, float]]] = defaultdict(list)
-        self.ring_arrivals: dict[str, dict[int, tuple[int, float]]] = defaultdict(dict)
-        self.events = 0
-
-    def run(self) -> Timeline:
-        while self.queue:
-            time, device, index = heapq.heappop(self.queue)
-            self.events += 1
-            action = self.actions[device][index]
-            if isinstance(action, Compute):
-                end = time + action.seconds
-                self._record(device, action, action.label, (time, end), "compute")
-                self._done(device, index, end)
-            elif isinstance(action, Send):
-                self._send(device, index, action, time)
-            elif isinstance(action, Recv):
-                self._receive(device, index, action, time)
-            elif isinstance(action, Signal):
-                self._signal(device, index, action, time)
-            elif isinstance(action, Wait):
-                self._wait(device, index, action, time)
-            else:
-                self._join_ring(device, index, action, time)
-        if self.pending:
-            raise DeadlockError(
-                {
-                    (self.devices[device], stream): describe(self.actions[device][index])
-                    for (device, stream), index in sorted(self.pending.items())
-                }
-            )
-        finish = dict(zip(self.devices, self.finish))
-        return Timeline(tuple(self.intervals), finish, self.events)
-
-    def _ready(self, time: float, device: int, index: int) -> None:
-        heapq.heappush(self.queue, (time, device, index))
-        self.pending[(device, self.actions[device][index].stream)] = index
-
-    def _done(self, device: int, index: int, time: float) -> None:
-        """Action ``index`` of ``device`` ended at ``time``: its stream goes on."""
-        following = self.next_in_stream[device][index]
-        if following >= 0:
-            self._ready(time, device, following)
-        else:
-            del self.pending[(device, self.actions[device][index].stream)]
-            self.finish[device] = max(self.finish[device], time)
-
-    def _record(
-        self,
-        device: int,
-        action: Action,
-        label: str,
-        span: tuple[float, float],
-        kind: str,
-        sent: int = 0,
-        received: int = 0,
-    ) -> None:
-        self.intervals.append(
-            Interval(
-                self.devices[device],
-                action.stream,
-                action.phase,
-                label,
-                *span,
-                kind,
-                sent,
-                received,
-            )
-        )
-
-    def _link(self, source: str, destination: str) -> Link:
-        pair = (source, destination)
-        if pair not in self.links:
-            self.links[pair] = self.link_model(source, destination)
-        return self.links[pair]
-
-    def _send(self, device: int, index: int, action: Send, time: float) -> None:
-        source = self.devices[device]
-        pair = (source, action.to)
-        link = self._link(*pair)
-        put_end = max(time, self.link_free[pair]) + action.nbytes / link.bandwidth
-        self.link_free[pair] = put_end
-        arrival = put_end + link.latency
-        message = (source, action.to, action.key)
-        self.arrivals[message] = (arrival, action.nbytes)
-        self._record(device, action, action.key, (time, put_end), "send", sent=action.nbytes)
-        self._done(device, index, put_end)
-        if message in self.waiting_receives:
-            receiver, receive_index, posted = self.waiting_receives.pop(message)
-            self._received(receiver, receive_index, posted, arrival, action.nbytes)
-
-    def _receive(self, device: int, index: int, action: Recv, time: float) -> None:
-        message = (action.source, self.devices[device], action.key)
-        if message in self.arrivals:
-            self._received(device, index, time, *self.arrivals[message])
-        else:
-            self.waiting_receives[message] = (device, index, time)
-
-    def _received(self, device: int, index: int, posted: float, arrival: float, nbytes: int):
-        action = self.actions[device][index]
-        end = max(posted, arrival)
-        self._record(device, action, action.key, (posted, end), "recv", received=nbytes)
-        self._done(device, index, end)
-
-    def _signal(self, device: int, index: int, action: Signal, time: float) -> None:
-        self.signalled[(device, action.name)] = time
-        for waiter, posted in self.waiting_signals.pop((device, action.name), []):
-            self._done(device, waiter, max(posted, time))
-        self._done(device, index, time)
-
-    def _wait(self, device: int, index: int, action: Wait, time: float) -> None:
-        if (device, action.name) in self.signalled:
-            self._done(device, index, max(time, self.signalled[(device, action.name)]))
-        else:
-            self.waiting_signals[(device, action.name)].append((index, time))
-
-    def _join_ring(self, device: int, index: int, ring: RingAllReduce, time: float) -> None:
-        """A member reached the ring; when the last one has, play it for all of them."""
-        joined = self.ring_arrivals[ring.key]
-        joined[device] = (index, time)
-        if len(joined) < len(ring.devices):
-            return
-        del self.ring_arrivals[ring.key]
-        members = [self.number[name] for name in ring.devices]
-        if set(joined) != set(members) or any(
-            replace(self.actions[m][joined[m][0]], phase=ring.phase, stream=ring.stream) != ring
-            for m in members
-        ):
-            raise ValueError(f"ring {ring.key!r}: its members describe different rings")
-        pairs = [
-            (name, ring.devices[(r + 1) % len(members)]) for r, name in enumerate(ring.devices)
-        ]
-        links = [self._link(*pair) for pair in pairs]
-        result = simulate_ring(
-            np.array([joined[m][1] for m in members]),
-            np.array([self.link_free[pair] for pair in pairs]),
-            np.array([link.latency for link in links]),
-            np.array([link.bandwidth for link in links]),
-            np.array(ring.chunk_elements),
-            ring.itemsize,
-            ring.slice_elements,
-            ring.add_seconds_per_byte,
-        )
-        self.events += result.rounds
-        for rank, member in enumerate(members):
-            self.link_free[pairs[rank]] = float(result.link_free[rank])
-            member_index, start = joined[member]
-            end = float(result.finish[rank])
-            sent, received = int(result.sent[rank]), int(result.received[rank])
-            action = self.actions[member][member_index]
-            self._record(member, action, ring.key, (start, end), "collective", sent, received)
-            self._done(member, member_index, end)
+    if cores is None and background is None:
+        return Engine(programs, link).run()
+    return simulate_shared(programs, link, cores or {}, host_of, background or {})

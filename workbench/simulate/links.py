@@ -16,6 +16,8 @@ then reads the segment when it asks for the message; over TCP the sender's threa
 the frames; on GPUs NCCL's kernels push the bytes through NVLink or the NIC. Latency is what a
 message pays however small it is (the FIFO line, the RPC, the kernel launch). Links of
 different (source, destination) pairs are independent: the model has no shared NIC or switch.
+On a host of limited cores (``simulate(..., cores=...)``) the put is CPU work, and takes
+longer while the host's cores are shared (:mod:`~workbench.simulate.cores`).
 
 A link model is any callable ``(source, destination) -> Link``.
 """

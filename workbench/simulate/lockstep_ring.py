@@ -8,7 +8,7 @@ send of the same step and slice, and the link from rank r to rank r+1 carries on
 sends. So processing the events step by step, slice by slice, for all ranks together is a
 valid event order, and each of those rounds is a few array operations over the ranks: the
 times are the same numbers, computed with the same formulas as
-:mod:`workbench.simulate.engine` (tests check they agree exactly).
+:mod:`workbench.simulate.plain_engine` (tests check they agree exactly).
 
 What this does not see: anything else on the ring's links while it runs. The engine hands the
 links to a ring with whatever is still queued on them, and takes them back when it ends.

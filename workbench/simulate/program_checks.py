@@ -2,7 +2,7 @@
 
 A program that is well formed but can never finish (a receive nobody sends, a wait nobody
 signals, two devices each waiting on the other) is not caught here: the engine runs it until
-nothing can move and raises :class:`~workbench.simulate.engine.DeadlockError`.
+nothing can move and raises :class:`~workbench.simulate.plain_engine.DeadlockError`.
 """
 
 from __future__ import annotations
