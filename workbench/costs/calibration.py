@@ -88,6 +88,10 @@ class Calibration:
     step_overhead_seconds: dict[str, float] = field(default_factory=dict)
     dispatch_seconds: float = 0.0
     measured_seconds: float = 0.0  # what measuring cost, summed over calibrations merged
+    # Which host each device is on and how many cores each host gives its processes: devices
+    # of one CPU host share them (a step's compute stretches when processes outnumber cores).
+    device_hosts: dict[str, str] = field(default_factory=dict)
+    host_cores: dict[str, float] = field(default_factory=dict)
 
     def missing_signatures(self, device: str, signatures: Sequence[str]) -> list[str]:
         """The signatures ``device`` has no time for yet (what a cached calibration still
@@ -112,6 +116,8 @@ class Calibration:
             step_overhead_seconds={**self.step_overhead_seconds, **newer.step_overhead_seconds},
             dispatch_seconds=newer.dispatch_seconds or self.dispatch_seconds,
             measured_seconds=self.measured_seconds + newer.measured_seconds,
+            device_hosts={**self.device_hosts, **newer.device_hosts},
+            host_cores={**self.host_cores, **newer.host_cores},
         )
 
     def to_json(self) -> str:
@@ -125,6 +131,8 @@ class Calibration:
                 "step_overhead_seconds": self.step_overhead_seconds,
                 "dispatch_seconds": self.dispatch_seconds,
                 "measured_seconds": self.measured_seconds,
+                "device_hosts": self.device_hosts,
+                "host_cores": self.host_cores,
             },
             indent=1,
             sort_keys=True,
@@ -149,4 +157,6 @@ class Calibration:
             step_overhead_seconds=dict(data.get("step_overhead_seconds", {})),
             dispatch_seconds=float(data["dispatch_seconds"]),
             measured_seconds=float(data.get("measured_seconds", 0.0)),
+            device_hosts=dict(data.get("device_hosts", {})),
+            host_cores={host: float(cores) for host, cores in data.get("host_cores", {}).items()},
         )

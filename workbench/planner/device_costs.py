@@ -47,6 +47,10 @@ class DeviceCosts:
     dispatch_seconds: float
     source: str  # "calibrated", "described: <name>" or "fixed rates"
     cluster: ClusterDescription | None = None  # a described cluster answers links per pair
+    # CPU hosts whose cores the devices share (none: every device computes at full speed, as
+    # GPUs do), and which host each measured device is on.
+    host_cores: dict[str, float] = field(default_factory=dict)
+    device_hosts: dict[str, str] = field(default_factory=dict)
     # Node times asked again (the same graph on every replica): answered once. A described
     # cluster's devices are alike, so its answers are shared by every device.
     _known: dict = field(default_factory=dict, compare=False, repr=False)
@@ -60,6 +64,15 @@ class DeviceCosts:
                 self._graphs.append(graph)
             seconds = self._known[key] = self.cost_model.node_seconds(graph, node, device)
         return seconds
+
+    def host_of(self, device: str) -> str:
+        """A device's host; a device calibration did not see (a parameter-server task on a
+        cluster measured with workers only) is on the one host, if all measured ones are."""
+        host = self.device_hosts.get(device)
+        if host is None:
+            hosts = set(self.device_hosts.values())
+            host = hosts.pop() if len(hosts) == 1 else device
+        return host
 
     def peer_link(self, source: str, destination: str) -> Link:
         if self.cluster is not None:
@@ -104,7 +117,8 @@ def _median_link(links: dict[tuple[str, str], Link], fallback: Link) -> Link:
 
 def measured_costs(calibration: Calibration) -> DeviceCosts:
     """Costs from a calibration (a one-device calibration has no links: fixed rates stand in,
-    and no step needs them)."""
+    and no step needs them). CPU devices share their host's cores; GPUs do not."""
+    cpu = all("/device:GPU" not in device for device in calibration.devices)
     peer, rpc = _links(calibration, "peer"), _links(calibration, "rpc")
     default_peer = _median_link(peer, Link(2e-3, 2.2e9, "peer"))
     return DeviceCosts(
@@ -117,6 +131,8 @@ def measured_costs(calibration: Calibration) -> DeviceCosts:
         step_overhead_seconds=median(calibration.step_overhead_seconds.values() or [0.0]),
         dispatch_seconds=calibration.dispatch_seconds,
         source="calibrated",
+        host_cores=dict(calibration.host_cores) if cpu else {},
+        device_hosts=dict(calibration.device_hosts),
     )
 
 

@@ -128,7 +128,8 @@ def predict(
         kind = "gpu" if config.device_type == "gpu" else "cpu"
         devices = strategy.device_names(config, kind)
     built = step_programs(config, model, optimizer, costs, devices)
-    timeline = simulate(built.programs, built.link)
+    cores = costs.host_cores or None
+    timeline = simulate(built.programs, built.link, cores, host_of=costs.host_of if cores else None)
     extra = costs.step_overhead_seconds
     if isinstance(strategy, ClusterStrategy):
         extra += costs.dispatch_per_step

@@ -10,6 +10,7 @@ includes what devices sharing a host cost each other, as they do in a data-paral
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import statistics
 import time
@@ -160,7 +161,17 @@ def measure_device(
         "op_seconds": op_seconds,
         "step_overhead_seconds": statistics.median(overheads) if overheads else None,
         "add_bytes_per_second": time_add(device),
+        "host": platform.node(),
+        "cores": usable_cores(),
     }
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, where the OS tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def measure_transfers(
@@ -296,6 +307,8 @@ def calibrate_in_process(
             if measured["step_overhead_seconds"] is not None
             else {}
         ),
+        device_hosts={device_name: measured["host"]},
+        host_cores={measured["host"]: float(measured["cores"])},
         measured_seconds=time.perf_counter() - start,
     )
     return known.merged(calibration) if known is not None else calibration
@@ -343,6 +356,8 @@ def calibrate_session(
             for name, m in zip(names, measured)
             if m["step_overhead_seconds"] is not None
         },
+        device_hosts={name: m["host"] for name, m in zip(names, measured)},
+        host_cores={m["host"]: float(m["cores"]) for m in measured},
     )
     if known is None or not known.links:
         calibration.links = {
