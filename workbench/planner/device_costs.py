@@ -51,6 +51,7 @@ class DeviceCosts:
     # GPUs do), and which host each measured device is on.
     host_cores: dict[str, float] = field(default_factory=dict)
     device_hosts: dict[str, str] = field(default_factory=dict)
+    ring_links: dict[tuple[str, str], Link] = field(default_factory=dict)
     # Node times asked again (the same graph on every replica): answered once. A described
     # cluster's devices are alike, so its answers are shared by every device.
     _known: dict = field(default_factory=dict, compare=False, repr=False)
@@ -78,6 +79,13 @@ class DeviceCosts:
         if self.cluster is not None:
             return self.cluster.link(source, destination)
         return self.peer_links.get((source, destination), self.default_peer)
+
+    def ring_link(self, source: str, destination: str) -> Link:
+        """A peer link as a ring all-reduce's steps load it (sending while receiving), where
+        calibration measured ring shifts; else the peer link."""
+        if self.cluster is not None:
+            return self.cluster.link(source, destination)
+        return self.ring_links.get((source, destination)) or self.peer_link(source, destination)
 
     def rpc_link(self, source: str, destination: str) -> Link:
         if self.cluster is not None:
@@ -133,6 +141,7 @@ def measured_costs(calibration: Calibration) -> DeviceCosts:
         source="calibrated",
         host_cores=dict(calibration.host_cores) if cpu else {},
         device_hosts=dict(calibration.device_hosts),
+        ring_links=_links(calibration, "ring"),
     )
 
 

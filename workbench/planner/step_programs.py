@@ -123,7 +123,8 @@ def mirrored_step(
             Wait("reduced"),
             Compute(graph_seconds(update, costs, device), "update", phase="update"),
         ]
-    return StepPrograms(programs, costs.peer_link)
+    # Every transfer of a mirrored step is a ring step (or reduce-to-one's, as loaded).
+    return StepPrograms(programs, costs.ring_link if algorithm == "ring" else costs.peer_link)
 
 
 def central_storage_step(

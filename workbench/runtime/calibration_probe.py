@@ -26,6 +26,7 @@ from workbench.optim import make_optimizer
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.device_arrays import DeviceArrays
 from workbench.runtime.peer_transport import PeerTransport
+from workbench.runtime.transport import recv_into
 from workbench.runtime.worker_service import device_service
 
 TRANSFER_SIZES = (1 << 10, 1 << 18, 1 << 21)  # 1 KiB, 256 KiB, 2 MiB
@@ -217,6 +218,55 @@ def measure_transfers(
     return results
 
 
+def measure_ring_shifts(
+    run_id: str,
+    rank: int,
+    addresses: list[str],
+    device_names: list[str],
+    repeats: int,
+    stall_timeout: float,
+) -> list[tuple[int, int, int, float]]:
+    """Task on every device: ``repeats`` ring shifts of each of :data:`TRANSFER_SIZES`, every
+    rank sending to its right neighbour while receiving from its left into a buffer of its
+    own, as each step of a ring all-reduce does (both directions busy at once, which on few
+    cores costs more than a send alone). Returns ``(rank, right, bytes, seconds)`` medians."""
+    transport = PeerTransport(run_id, rank, addresses, device_names, stall_timeout)
+    size = len(addresses)
+    right, left = (rank + 1) % size, (rank - 1) % size
+    results = []
+    try:
+        for nbytes in TRANSFER_SIZES:
+            payload = np.ones(nbytes // 4, np.float32)
+            received = np.empty_like(payload)
+            times = []
+            for index in range(repeats + 1):
+                _ring_barrier(transport, f"calibrate/shift/{nbytes}/{index}/barrier")
+                start = time.perf_counter()
+                transport.send(right, f"calibrate/shift/{nbytes}/{index}", payload)
+                recv_into(transport, left, f"calibrate/shift/{nbytes}/{index}", received)
+                times.append(time.perf_counter() - start)
+            results.append((rank, right, nbytes, statistics.median(times[1:])))
+    finally:
+        device_service().forget(run_id)
+    return results
+
+
+def _ring_barrier(transport: PeerTransport, key: str) -> None:
+    """Every rank has reached this point: a token passed once around the ring."""
+    size, rank = transport.size, transport.rank
+    token = np.zeros(1, np.float32)
+    if rank == 0:
+        transport.send(1 % size, key, token)
+        transport.recv(size - 1, key)
+        transport.send(1 % size, key + "/go", token)
+        transport.recv(size - 1, key + "/go")
+    else:
+        transport.recv(rank - 1, key)
+        transport.send((rank + 1) % size, key, token)
+        transport.recv(rank - 1, key + "/go")
+        transport.send((rank + 1) % size, key + "/go", token)
+
+
 def _chunk_report(device: str, first: int, count: int) -> dict[str, list]:
     """What a device's task returns for ``count`` steps, without running them: three phase
     events and a loss per step (the size and shape the client receives and logs)."""
@@ -363,10 +413,42 @@ def calibrate_session(
         calibration.links = {
             **_measure_links(session, repeats, stall_timeout, shared_memory=True),
             **_measure_links(session, repeats, stall_timeout, shared_memory=False),
+            **_measure_ring(session, repeats, stall_timeout),
         }
         calibration.dispatch_seconds = measure_dispatch(session, steps_per_task)
     calibration.measured_seconds = time.perf_counter() - start
     return known.merged(calibration) if known is not None else calibration
+
+
+def _measure_ring(session: ClusterSession, repeats: int, stall_timeout: float) -> dict:
+    """Each rank's link to its right neighbour, as a ring all-reduce's steps load it."""
+    if len(session.addresses) < 2:
+        return {}
+    run_id = f"{session.run_id}-calibrate-ring"
+    futures = [
+        session.client.submit(
+            measure_ring_shifts,
+            run_id,
+            rank,
+            session.addresses,
+            session.device_names,
+            repeats,
+            stall_timeout,
+            workers=[address],
+            pure=False,
+            key=f"dtrain-calibrate-ring-{rank}-{session.run_id}",
+        )
+        for rank, address in enumerate(session.addresses)
+    ]
+    samples: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    for rows in session.client.gather(futures):
+        for source, destination, size, seconds in rows:
+            samples.setdefault((source, destination), []).append((size, seconds))
+    names = session.device_names
+    return {
+        link_key(names[source], names[destination], "ring"): fit_link(points)
+        for (source, destination), points in samples.items()
+    }
 
 
 def _measure_links(
