@@ -23,6 +23,7 @@ from workbench.bench import (
     faults_suite,
     nccl_suite,
     overhead_suite,
+    planner_suite,
 )
 from workbench.bench.machine import describe_machine, machine_lines
 from workbench.bench.step_suite import AgreementError, StepSettings, run_step_suite
@@ -171,6 +172,12 @@ SUITES: dict[str, Suite] = {
         faults_suite.run_from_args,
         faults_suite.render,
     ),
+    "planner": Suite(
+        "planner",
+        "the planner's predicted step vs the same run's measured step, every strategy, MLP and CNN",
+        planner_suite.run_from_args,
+        planner_suite.render,
+    ),
     "compression": Suite(
         "compression",
         "--compression none, fp16, bf16, topk:0.01, powersgd:2: accuracy and gradient bytes",
@@ -188,6 +195,16 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def _planner_models(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in planner_suite.MODELS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"expected models from {', '.join(planner_suite.MODELS)}, got {text!r}"
+        )
+    return names
 
 
 def _non_negative(text: str) -> int:
@@ -295,6 +312,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     distributed.add_argument(
         "--bubble-hidden", type=_hidden, default=None, help="bubble: hidden layers (6 x 1024)"
+    )
+    distributed.add_argument(
+        "--planner-models",
+        type=_planner_models,
+        default=None,
+        help="planner: models to predict and run (mlp,cnn)",
     )
     faults = parser.add_argument_group("faults suite (also --hidden, --repeats, --seed)")
     faults.add_argument(

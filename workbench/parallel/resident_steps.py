@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from workbench.runtime.device_arrays import out_of_memory_cause
 from workbench.runtime.worker_service import device_service
 
 
@@ -34,17 +35,6 @@ def run_resident_steps(run_id: str, first: int, count: int, *arguments: Any) -> 
             f"{program.device} ran out of GPU memory at step {program.current_step}: "
             f"{requested_bytes(cause)} ({cause})"
         ) from None
-
-
-def out_of_memory_cause(arrays, error: BaseException) -> BaseException | None:
-    """The device out-of-memory error behind ``error`` (kernels' errors are wrapped by the
-    interpreter), or None."""
-    seen = error
-    while seen is not None:
-        if arrays.is_out_of_memory(seen):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
 
 
 def requested_bytes(error: BaseException) -> str:

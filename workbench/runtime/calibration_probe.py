@@ -24,7 +24,7 @@ from workbench.costs.op_costs import op_signature
 from workbench.ir import Executable, Graph
 from workbench.optim import make_optimizer
 from workbench.runtime.cluster import ClusterSession
-from workbench.runtime.device_arrays import DeviceArrays
+from workbench.runtime.device_arrays import DeviceArrays, out_of_memory_cause
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.transport import recv_into
 from workbench.runtime.worker_service import device_service
@@ -155,7 +155,14 @@ def measure_device(
         signatures = {op_signature(graph, n) for n in graph.nodes if n.op not in ("placeholder",)}
         if signatures <= known:
             continue
-        times, overhead = time_graph_nodes(graph, repeats, device)
+        try:
+            times, overhead = time_graph_nodes(graph, repeats, device)
+        except Exception as error:
+            if out_of_memory_cause(device, error) is None:
+                raise
+            # The step does not fit this device: the run itself will say so, naming its
+            # device, step and bytes; its nodes keep estimated times meanwhile.
+            continue
         op_seconds.update({s: t for s, t in times.items() if s not in known})
         overheads.append(overhead)
     return {

@@ -64,3 +64,14 @@ class DeviceArrays:
         """Wait for this device's queued kernels (so a phase's end time is its real end)."""
         if self.runtime is not None:
             self.runtime.synchronize()
+
+
+def out_of_memory_cause(arrays: DeviceArrays, error: BaseException) -> BaseException | None:
+    """The device out-of-memory error behind ``error`` (kernels' errors are wrapped by the
+    interpreter), or None."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if arrays.is_out_of_memory(seen):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None

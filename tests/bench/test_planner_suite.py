@@ -1,0 +1,52 @@
+"""The planner suite runs every configuration, reads each run's predicted and measured step,
+judges the targets from them and times the planner on described clusters."""
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from workbench.bench import planner_suite
+from workbench.bench.command import bench_command
+
+
+@pytest.fixture(scope="module")
+def result() -> dict:
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        argv = ["planner", "--planner-models", "mlp", "--train-steps", "40", "--repeats", "1"]
+        assert bench_command([*argv, "--json"]) == 0
+    return json.loads(buffer.getvalue())["suites"]["planner"]
+
+
+def test_every_configuration_has_a_prediction_and_a_measurement(result):
+    rows = result["rows"]
+    assert len(rows) == len(planner_suite.CONFIGURATIONS)
+    for row in rows:
+        predicted, measured = row["predicted_ms"]["median"], row["measured_ms"]["median"]
+        assert predicted > 0 and measured > 0
+        assert row["error"] == pytest.approx(predicted / measured - 1)
+        assert row["within_close"] == (abs(row["error"]) <= planner_suite.CLOSE)
+    share = sum(row["within_close"] for row in rows) / len(rows)
+    assert result["share_within_close"] == pytest.approx(share)
+    assert result["met"] == (
+        share >= planner_suite.SHARE_CLOSE and all(row["within_far"] for row in rows)
+    )
+
+
+def test_the_planner_is_timed_up_to_thousands_of_devices(result):
+    devices = [row["devices"] for row in result["scale"]]
+    assert devices == [8 * hosts for hosts in planner_suite.SCALE_HOSTS]
+    assert all(row["configurations"] >= 5 and row["seconds"] > 0 for row in result["scale"])
+
+
+def test_the_report_has_its_tables(result):
+    text = planner_suite.render(result)
+    assert "| mlp | mirrored | devices=2 allreduce=ring |" in text
+    assert "| 512 hosts | 4096 |" in text
+
+
+def test_an_unknown_model_is_refused_by_its_flag(capsys):
+    assert bench_command(["planner", "--planner-models", "resnet"]) == 2
+    assert "--planner-models" in capsys.readouterr().err
