@@ -99,6 +99,11 @@ class Calibration:
         known = self.op_seconds.get(device, {})
         return sorted({s for s in signatures if s not in known})
 
+    def has_wire(self, wire: str) -> bool:
+        """Whether any link of this kind (``peer``, ``rpc``, ``ring``) was measured."""
+        suffix = "" if wire == "peer" else f" [{wire}]"
+        return any(key.endswith(suffix) and ("[" not in key or suffix) for key in self.links)
+
     def link(self, source: str, destination: str, wire: str = "peer") -> LinkFit | None:
         return self.links.get(link_key(source, destination, wire))
 

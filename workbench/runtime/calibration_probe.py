@@ -14,7 +14,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,10 @@ from workbench.runtime.worker_service import device_service
 
 TRANSFER_SIZES = (1 << 10, 1 << 18, 1 << 21)  # 1 KiB, 256 KiB, 2 MiB
 ADD_BYTES = 1 << 22
+# How tensors travel between devices, each timed on its own: ``peer`` (one-way Send/Recv over
+# the shared-memory channels or Dask's comms), ``rpc`` (Dask RPCs, as parameter servers are
+# called) and ``ring`` (every device sending right while receiving from the left).
+WIRES = ("peer", "rpc", "ring")
 
 
 # The optimizer whose slots an update op reads (the slots' shapes, not their values, matter).
@@ -285,7 +289,7 @@ def _chunk_report(device: str, first: int, count: int) -> dict[str, list]:
     return {"events": events, "losses": [(step, 0.0) for step in range(first, first + count)]}
 
 
-def measure_dispatch(session: ClusterSession, steps_per_task: int, repeats: int = 5) -> float:
+def measure_dispatch(session: ClusterSession, steps_per_task: int, repeats: int = 2) -> float:
     """Median seconds for one round of tasks, one pinned to each device, that return a chunk's
     report, submitted, gathered and read as the step loop does between chunks."""
     client = session.client
@@ -375,9 +379,10 @@ def calibrate_session(
     session: ClusterSession,
     graphs: Sequence[Graph],
     known: Calibration | None = None,
-    repeats: int = 5,
+    repeats: int = 3,
     stall_timeout: float = 60.0,
     steps_per_task: int = 20,  # workbench/parallel/step_loop.py's STEPS_PER_TASK
+    wires: Sequence[str] = WIRES,
 ) -> Calibration:
     """Measure what ``known`` (a cached calibration of the same cluster) lacks: the nodes of
     ``graphs`` not yet timed on each device, and, if ``known`` has none, the links between
@@ -387,7 +392,8 @@ def calibrate_session(
     kind = session.device_type
     signature = session_signature(session)
     known = known if known is not None and known.signature == signature else None
-    if known is not None and known.links and _all_timed(known, names, graphs):
+    wires_wanted = [wire for wire in wires if not (known and known.has_wire(wire))]
+    if known is not None and not wires_wanted and _all_timed(known, names, graphs):
         return known  # nothing new to measure: a second run of this model on this cluster
     futures = [
         client.submit(
@@ -416,80 +422,77 @@ def calibrate_session(
         device_hosts={name: m["host"] for name, m in zip(names, measured)},
         host_cores={m["host"]: float(m["cores"]) for m in measured},
     )
-    if known is None or not known.links:
-        calibration.links = {
-            **_measure_links(session, repeats, stall_timeout, shared_memory=True),
-            **_measure_links(session, repeats, stall_timeout, shared_memory=False),
-            **_measure_ring(session, repeats, stall_timeout),
-        }
+    calibration.links.update(_measure_wires(session, wires_wanted, repeats, stall_timeout))
+    if known is None or not known.dispatch_seconds:
         calibration.dispatch_seconds = measure_dispatch(session, steps_per_task)
     calibration.measured_seconds = time.perf_counter() - start
     return known.merged(calibration) if known is not None else calibration
 
 
-def _measure_ring(session: ClusterSession, repeats: int, stall_timeout: float) -> dict:
-    """Each rank's link to its right neighbour, as a ring all-reduce's steps load it."""
-    if len(session.addresses) < 2:
-        return {}
-    run_id = f"{session.run_id}-calibrate-ring"
-    futures = [
-        session.client.submit(
-            measure_ring_shifts,
-            run_id,
-            rank,
-            session.addresses,
-            session.device_names,
-            repeats,
-            stall_timeout,
-            workers=[address],
-            pure=False,
-            key=f"dtrain-calibrate-ring-{rank}-{session.run_id}",
-        )
-        for rank, address in enumerate(session.addresses)
-    ]
-    samples: dict[tuple[int, int], list[tuple[int, float]]] = {}
-    for rows in session.client.gather(futures):
-        for source, destination, size, seconds in rows:
-            samples.setdefault((source, destination), []).append((size, seconds))
-    names = session.device_names
-    return {
-        link_key(names[source], names[destination], "ring"): fit_link(points)
-        for (source, destination), points in samples.items()
-    }
-
-
-def _measure_links(
-    session: ClusterSession, repeats: int, stall_timeout: float, shared_memory: bool
-) -> dict:
-    count = len(session.addresses)
+def measure_wires(
+    run_id: str,
+    rank: int,
+    addresses: list[str],
+    device_names: list[str],
+    wires: Sequence[str],
+    repeats: int,
+    stall_timeout: float,
+) -> list[tuple[str, int, int, int, float]]:
+    """Task on every device: each wire of ``wires`` in turn (ping-pongs between every pair
+    for ``peer`` and ``rpc``, ring shifts for ``ring``). Returns ``(wire, source, destination,
+    bytes, seconds)`` rows."""
+    count = len(addresses)
     pairs = [(s, d) for s in range(count) for d in range(count) if s != d]
-    if not pairs:
+    rows = []
+    for wire in wires:
+        wire_run = f"{run_id}-{wire}"
+        if wire == "ring":
+            found = measure_ring_shifts(
+                wire_run, rank, addresses, device_names, repeats, stall_timeout
+            )
+        else:
+            found = measure_transfers(
+                wire_run,
+                rank,
+                addresses,
+                device_names,
+                pairs,
+                repeats,
+                stall_timeout,
+                shared_memory=wire == "peer",
+            )
+        rows += [(wire, *row) for row in found]
+    return rows
+
+
+def _measure_wires(
+    session: ClusterSession, wires: Sequence[str], repeats: int, stall_timeout: float
+) -> dict:
+    """The links of each wire between the session's devices, fitted (one round of tasks)."""
+    if len(session.addresses) < 2 or not wires:
         return {}
-    wire = "peer" if shared_memory else "rpc"
-    run_id = f"{session.run_id}-calibrate-{wire}"
     futures = [
         session.client.submit(
-            measure_transfers,
-            run_id,
+            measure_wires,
+            f"{session.run_id}-calibrate",
             rank,
             session.addresses,
             session.device_names,
-            pairs,
+            list(wires),
             repeats,
             stall_timeout,
-            shared_memory,
             workers=[address],
             pure=False,
-            key=f"dtrain-calibrate-{wire}-links-{rank}-{session.run_id}",
+            key=f"dtrain-calibrate-links-{rank}-{session.run_id}",
         )
         for rank, address in enumerate(session.addresses)
     ]
-    samples: Mapping[tuple[int, int], list[tuple[int, float]]] = {}
+    samples: dict[tuple[str, int, int], list[tuple[int, float]]] = {}
     for rows in session.client.gather(futures):
-        for source, destination, size, seconds in rows:
-            samples.setdefault((source, destination), []).append((size, seconds))
+        for wire, source, destination, size, seconds in rows:
+            samples.setdefault((wire, source, destination), []).append((size, seconds))
     names = session.device_names
     return {
         link_key(names[source], names[destination], wire): fit_link(points)
-        for (source, destination), points in samples.items()
+        for (wire, source, destination), points in samples.items()
     }

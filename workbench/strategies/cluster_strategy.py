@@ -45,7 +45,9 @@ class ClusterStrategy(StrategyDefinition):
         """``session``, its devices calibrated once for the run (before the first plan: the
         placer reads the costs)."""
         if job.calibration is None:
-            calibrate_run(job, self.device_batch_sizes(job.config), progress, session=session)
+            calibrate_run(
+                job, self.device_batch_sizes(job.config), progress, session, wires=self.wires
+            )
         return session
 
     def train(

@@ -53,6 +53,8 @@ class DataParallel(ClusterStrategy):
         count = min(self.group_count(config), len(addresses))
         return tuple(tuple(g) for g in even_groups(len(addresses), count))
 
+    wires = ("ring", "peer")  # the ring's shifts; reduce-to-one's and central storage's sends
+
     def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
         return (config.batch_size // config.devices,)
 

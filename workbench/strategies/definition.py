@@ -73,6 +73,10 @@ class StrategyDefinition(ABC):
         """The device names a plan shows before any worker has said what it has."""
         return self.device_names(config, "gpu" if config.device_type == "gpu" else "cpu")
 
+    # How the devices' tensors travel (``workbench.runtime.calibration_probe.WIRES``): what
+    # calibration at run start times, so a run pays only for the links it uses.
+    wires: ClassVar[tuple[str, ...]] = ("peer",)
+
     def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
         """The batch sizes the run's devices compute on (a replica's share, a micro-batch):
         the shapes calibration times the model at."""

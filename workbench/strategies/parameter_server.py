@@ -96,6 +96,8 @@ class ParameterServer(ClusterStrategy):
         workers = [device_name(device_type, task=t) for t in range(config.devices)]
         return workers + [device_name(device_type, task=t, job="ps") for t in range(config.ps)]
 
+    wires = ("rpc", "peer")  # pulls and pushes are Dask RPCs; in-graph runs use Send/Recv
+
     def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
         return (config.batch_size // config.devices,)
 

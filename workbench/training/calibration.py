@@ -41,6 +41,7 @@ def calibrate_run(
     session: ClusterSession | None = None,
     in_process_device: str | None = None,
     store: RunStore | None = None,
+    wires: Sequence[str] = ("peer",),
 ) -> Calibration | None:
     """The run's calibration, measured on ``session``'s devices (or in this process, as
     ``in_process_device``), cached in the run store; sets ``job.calibration``."""
@@ -58,7 +59,7 @@ def calibrate_run(
     graphs = timed_graphs(job, batch_sizes)
     if session is not None:
         calibration = calibrate_session(
-            session, graphs, known=cached, stall_timeout=job.config.stall_timeout
+            session, graphs, known=cached, stall_timeout=job.config.stall_timeout, wires=wires
         )
     else:
         calibration = calibrate_in_process(graphs, in_process_device, job.device_type, cached)
