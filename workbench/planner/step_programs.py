@@ -183,8 +183,18 @@ def parameter_server_step(
         shard_bytes[piece.shard] += int(np.prod(piece.shape)) * itemsize
         shard_names[piece.shard].append(piece.variable)
     programs: dict[str, list[Action]] = {device: [] for device in [*workers, *shards]}
+
+    def unpack(source: str, target: str, nbytes: int, phase: str) -> Compute:
+        # An RPC's payload is copied out of the socket and deserialised by the receiver: CPU
+        # work on its host, as putting it on the wire was on the sender's.
+        return Compute(costs.rpc_link(source, target).put_seconds(nbytes), "unpack", phase)
+
     for worker in workers:
-        programs[worker] += [Recv(shard, f"pull/{worker}", phase="ps-pull") for shard in shards]
+        for shard, nbytes in zip(shards, shard_bytes):
+            programs[worker] += [
+                Recv(shard, f"pull/{worker}", phase="ps-pull"),
+                unpack(shard, worker, nbytes, "ps-pull"),
+            ]
         programs[worker] += node_actions(graph, costs, worker, lambda node: ())
         for shard, nbytes in zip(shards, shard_bytes):
             programs[worker] += [
@@ -197,6 +207,7 @@ def parameter_server_step(
         for worker in workers:
             programs[shard] += [
                 Recv(worker, f"push/{worker}", phase="ps-push"),
+                unpack(worker, shard, nbytes, "ps-push"),
                 Compute(nbytes * costs.add_seconds_per_byte, "sum", phase="update"),
                 Send(worker, 8, f"ack/{worker}", phase="ps-push"),
             ]
