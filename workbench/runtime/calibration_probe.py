@@ -24,7 +24,10 @@ from workbench.ir import Executable, Graph
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.device_arrays import DeviceArrays
 
-TRANSFER_SIZES = (1 << 10, 1 << 18, 1 << 21)  # 1 KiB, 256 KiB, 2 MiB
+# 1 KiB, 256 KiB, 2 MiB, 8 MiB. The largest is past the caches, where a copy runs at memory
+# speed: fitted through 2 MiB alone, the 2-core machine's shared-memory links read 17 GB/s,
+# while an 8 MiB tensor (a model-parallel activation) crossed at 6 GB/s and 32 MiB at 3.2.
+TRANSFER_SIZES = (1 << 10, 1 << 18, 1 << 21, 1 << 23)
 ADD_BYTES = 1 << 22
 
 
@@ -278,8 +281,9 @@ def calibrate_session(
     stall_timeout: float = 60.0,
 ) -> Calibration:
     """Measure what ``known`` (a cached calibration of the same cluster) lacks: the nodes of
-    ``graphs`` not yet timed on each device, and, if ``known`` has none, the links between
-    each pair of devices and the dispatch cost."""
+    ``graphs`` not yet timed on each device, and, if ``known`` has none (or fitted them to
+    other sizes than :data:`TRANSFER_SIZES`), the links between each pair of devices and the
+    dispatch cost."""
     start = time.perf_counter()
     client, names = session.client, session.device_names
     kind = session.device_type
@@ -310,8 +314,9 @@ def calibrate_session(
             if m["step_overhead_seconds"] is not None
         },
     )
-    if known is None or not known.links:
+    if known is None or not known.links or known.link_sizes != TRANSFER_SIZES:
         calibration.links = _measure_links(session, repeats, stall_timeout)
+        calibration.link_sizes = TRANSFER_SIZES
         calibration.dispatch_seconds = measure_dispatch(session)
     calibration.measured_seconds = time.perf_counter() - start
     return known.merged(calibration) if known is not None else calibration
