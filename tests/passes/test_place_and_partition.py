@@ -6,9 +6,9 @@ import threading
 import numpy as np
 import pytest
 
+from workbench.costs import StaticCostModel
 from workbench.ir import Executable, GraphBuilder, evaluate, gradients, ops
 from workbench.ir.ops.communication import RENDEZVOUS, LocalRendezvous
-from workbench.costs import StaticCostModel
 from workbench.passes import PlacementError, partition, place, run_passes
 
 DEVICES = ["/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"]

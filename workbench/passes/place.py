@@ -16,10 +16,11 @@ Order of authority:
    elsewhere), counting, away from its inputs, the trip of its result back to them; ties
    (within a margin of noise) go to the lowest device (:func:`_earliest`).
 
-A node without inputs (a placeholder, a constant, a variable) has nothing to wait for, so
-"earliest finish" would put it on whichever device happens to be idle at that point in the
-order, and every reader elsewhere would then pay to bring it over, each step. It goes with its
-first reader instead: a reader weighing a device counts such an input as already there.
+A source (a placeholder, a constant, a variable), and a node that reads only sources (a
+weight's transpose, the labels' one-hot), has nothing to wait for, so "earliest finish" would
+put it on whichever device happens to be idle at that point in the order, and its reader
+elsewhere would then pay to bring it over, each step. It goes with its first reader instead:
+a reader weighing a device counts it as run there just before.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from workbench.ir.graph import Graph, Node
 from workbench.passes.schedule import Timeline
 
 COLOCATED_WITH_VARIABLE = ("apply_sgd", "apply_momentum", "apply_adam", "assign")
+SOURCES = ("placeholder", "constant", "variable")
 TIE_FRACTION, TIE_SECONDS = 0.25, 1e-6
 
 
@@ -97,23 +99,49 @@ def place(
     chosen = _constrained(graph, devices)
     homes = _variable_homes(graph, chosen)
     timeline = Timeline(graph, devices, cost or StaticCostModel(), fed_everywhere)
-    waiting: dict[str, Node] = {}  # unconstrained nodes without inputs, not placed yet
+    waiting: dict[str, Node] = {}  # nodes that go with their first reader, not placed yet
     for node in graph.nodes:
         device = chosen.get(node.name) or _colocated(node, timeline, homes, colocate_gradients)
-        if device is None and not node.inputs and not node.control_inputs:
+        if device is None and _made_from_sources(graph, node):
             waiting[node.name] = node
             continue
+        first = _waiting_inputs(node, waiting)
         if device is None:
-            # A waiting input counts as already there: see the module docstring.
-            device = _earliest(timeline, node, devices, waiting.keys())
-        for name in _sources(node):
-            if name in waiting:
-                _commit(timeline, waiting.pop(name), device, homes)
+            device = _earliest(timeline, node, devices, first)
+        for each in first:
+            _commit(timeline, waiting.pop(each.name), device, homes)
         _commit(timeline, node, device, homes)
-    for node in waiting.values():  # read by nothing: where it would finish first
-        _commit(timeline, node, _earliest(timeline, node, devices), homes)
+    for node in list(waiting.values()):  # read by nothing: where it would finish first
+        if node.name in waiting:
+            first = _waiting_inputs(node, waiting)
+            device = _earliest(timeline, node, devices, first)
+            for each in [*first, node]:
+                _commit(timeline, waiting.pop(each.name), device, homes)
     where = timeline.device
     return graph.with_nodes(node.replace(device=where[node.name]) for node in graph.nodes)
+
+
+def _made_from_sources(graph: Graph, node: Node) -> bool:
+    """A source (placeholder, constant, variable), or a node that reads only sources (a
+    weight's transpose, the labels' one-hot): either is ready whenever its reader wants it."""
+    if node.control_inputs:
+        return False
+    return all(graph.node(value.node).op in SOURCES for value in node.inputs)
+
+
+def _waiting_inputs(node: Node, waiting: dict[str, Node]) -> list[Node]:
+    """The waiting nodes ``node`` reads, with the waiting nodes they read, in graph order
+    (``waiting`` is filled in graph order)."""
+    found: dict[str, Node] = {}
+
+    def visit(each: Node) -> None:
+        for value in each.inputs:
+            if value.node in waiting and value.node not in found:
+                visit(waiting[value.node])
+                found[value.node] = waiting[value.node]
+
+    visit(node)
+    return [each for name, each in waiting.items() if name in found]
 
 
 def _constrained(graph: Graph, devices: list[str]) -> dict[str, str]:
@@ -164,33 +192,28 @@ def _colocated(
     return None
 
 
-def _sources(node: Node) -> list[str]:
-    return [*dict.fromkeys([value.node for value in node.inputs]), *node.control_inputs]
-
-
-def _earliest(
-    timeline: Timeline, node: Node, devices: list[str], here: Collection[str] = ()
-) -> str:
-    """The device where ``node``'s result would be ready first, back where its inputs are.
+def _earliest(timeline: Timeline, node: Node, devices: list[str], first: list[Node]) -> str:
+    """The device where ``node`` (after the waiting nodes ``first`` it reads) would have its
+    result ready first, back where its inputs are.
 
     A device other than the one holding most of the inputs is charged for sending the result
-    back there: the order is greedy, and without that charge a cheap node (the transpose of a
-    weight) goes to whichever device is idle, its weight crosses and the transposed weight
-    crosses back to its reader (MLP 256-2048-2048-256, batch 512: 16 MB each way, each step).
-    A weight's gradient still moves when it pays for the trip back to its update. A node
-    whose inputs are everywhere (the labels' one-hot) is at home on the first device.
+    back there: the order is greedy, and a node moved to an idle device is judged by its own
+    finish, not by when its reader, back on the first device, gets it. A weight's gradient
+    still moves when it pays for the trip back to its update. A node whose inputs are all
+    everywhere is at home on the first device.
 
     The first device within the tie margin of the earliest wins: ``TIE_FRACTION`` of the
-    node's time plus ``TIE_SECONDS``. Two identical devices' measured times of one op differ
+    nodes' time plus ``TIE_SECONDS``. Two identical devices' measured times of one op differ
     by 5-20% (calibration noise), which must not decide.
     """
-    home = timeline.home(node, here) or devices[0]
+    home = timeline.home(node, {each.name for each in first}) or devices[0]
     ready = {
-        d: timeline.finish_at(node, d, here) + timeline.back_seconds(node, d, home) for d in devices
+        d: timeline.finish_at(node, d, first) + timeline.back_seconds(node, d, home)
+        for d in devices
     }
     best = min(ready.values())
     for device in devices:
-        seconds = timeline.cost.node_seconds(timeline.graph, node, device)
+        seconds = sum(timeline.cost.node_seconds(timeline.graph, n, device) for n in [*first, node])
         if ready[device] <= best + TIE_FRACTION * seconds + TIE_SECONDS:
             return device
     raise AssertionError("the earliest device is within its own margin")

@@ -64,15 +64,19 @@ class Timeline:
         self.finish: dict[str, float] = {}
         self.received: dict[_Receive, float] = {}
 
-    def finish_at(self, node: Node, device: str, here: Collection[str] = ()) -> float:
-        """When ``node`` would finish on ``device``. Every input's node is committed already,
-        except those named in ``here``, which count as made on ``device`` at no cost."""
-        ready, _ = self._receive(node, device, here)
-        return ready + self.cost.node_seconds(self.graph, node, device)
+    def finish_at(self, node: Node, device: str, first: Sequence[Node] = ()) -> float:
+        """When ``node`` would finish on ``device`` if the uncommitted nodes ``first`` (its
+        inputs still to place, in graph order) ran there just before it. Nothing changes."""
+        time, made = self.free[device], {}
+        for each in [*first, node]:
+            ready, _ = self._receive(each, device, made, time)
+            time = made[each.name] = ready + self.cost.node_seconds(self.graph, each, device)
+        return time
 
     def home(self, node: Node, here: Collection[str] = ()) -> str | None:
         """The device holding most bytes of ``node``'s inputs (made or received there; ties to
-        the first device), or None if every input is everywhere or still to be placed."""
+        the first device), or None if every input is everywhere or still to be placed (named
+        in ``here``)."""
         held = dict.fromkeys(self.devices, 0)
         for value in dict.fromkeys(node.inputs):
             if value.node in here or value.node in self.fed_everywhere:
@@ -116,16 +120,25 @@ class Timeline:
         )
 
     def _receive(
-        self, node: Node, device: str, here: Collection[str] = ()
+        self,
+        node: Node,
+        device: str,
+        made: Mapping[str, float] | None = None,
+        start: float | None = None,
     ) -> tuple[float, dict[_Receive, tuple[float, float]]]:
-        """When ``node`` can start on ``device``, and the transfers it would start: for each,
-        the copy seconds on either side and when the Recv is done."""
-        time = self.free[device]
+        """When ``node`` can start on ``device`` (free from ``start``, by default its clock),
+        and the transfers it would start: for each, the copy seconds on either side and when
+        the Recv is done. ``made``: nodes tried on ``device`` but not committed, and when."""
+        time = self.free[device] if start is None else start
+        made = made or {}
         copies: dict[_Receive, tuple[float, float]] = {}
         needs = [(value.node, value.index) for value in node.inputs]
         needs += [(name, -1) for name in node.control_inputs]
         for name, index in dict.fromkeys(needs):
-            if name in here or name in self.fed_everywhere:
+            if name in self.fed_everywhere:
+                continue
+            if name in made:
+                time = max(time, made[name])
                 continue
             source = self.device[name]
             key = (name, device, index)
