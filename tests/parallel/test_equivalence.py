@@ -65,7 +65,8 @@ CONFIGURATIONS = [
     {"strategy": "pipeline", "schedule": "gpipe"},
     {"strategy": "pipeline", "schedule": "1f1b"},
     {"strategy": "hybrid", "schedule": "1f1b"},
-    {"strategy": "model-parallel"},
+    {"strategy": "model-parallel", "placement": "balanced-params"},
+    {"strategy": "model-parallel", "placement": "greedy"},
 ]
 
 
@@ -86,6 +87,10 @@ def test_float64_matches_one_device(flags, devices, no_leftover_processes):
     assert result.summary["final_loss"] == pytest.approx(
         oracle("float64").summary["final_loss"], rel=1e-10
     )
+    if flags.get("placement") == "greedy":
+        # The cost model may keep this small model on fewer devices (a transfer costs more
+        # than its nodes): tests/parallel/test_model_parallel_placement.py has one it splits.
+        return
     assert result.summary["bytes_communicated"] > 0
     assert len(result.summary["per_device"]) == devices + flags.get("ps", 0)
     for device in result.summary["per_device"]:

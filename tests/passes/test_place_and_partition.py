@@ -6,9 +6,10 @@ import threading
 import numpy as np
 import pytest
 
+from workbench.costs import StaticCostModel
 from workbench.ir import Executable, GraphBuilder, evaluate, gradients, ops
 from workbench.ir.ops.communication import RENDEZVOUS, LocalRendezvous
-from workbench.passes import CostModel, PlacementError, partition, place, run_passes
+from workbench.passes import PlacementError, partition, place, run_passes
 
 DEVICES = ["/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"]
 
@@ -61,7 +62,7 @@ def test_greedy_spreads_independent_work_when_compute_dominates():
     b = GraphBuilder()
     x = b.placeholder("x", (512, 512), "float64")
     left, right = x @ x, ops.tanh(x) @ x
-    slow = CostModel(flops_per_second=1e8)  # compute is expensive relative to transfers
+    slow = StaticCostModel(flops_per_second=1e8)  # compute is expensive relative to transfers
     placed = place(b.build({"left": left, "right": right}), DEVICES, slow)
     devices = {placed.node(left.name).device, placed.node(right.name).device}
     assert devices == set(DEVICES)

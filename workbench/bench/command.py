@@ -23,6 +23,7 @@ from workbench.bench import (
     faults_suite,
     nccl_suite,
     overhead_suite,
+    placement_suite,
     planner_suite,
 )
 from workbench.bench.machine import describe_machine, machine_lines
@@ -184,6 +185,13 @@ SUITES: dict[str, Suite] = {
         compression_suite.run_from_args,
         compression_suite.render,
     ),
+    "placement": Suite(
+        "placement",
+        "model-parallel on 2 devices, --placement greedy vs balanced-params, MLP "
+        "784-256-2048-2048-256-10",
+        placement_suite.run_from_args,
+        placement_suite.render,
+    ),
 }
 
 
@@ -284,15 +292,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--train-steps",
         type=_positive,
         default=None,
-        help="ddp, overhead, bubble, charts: training steps per run (200, 400, 20, 2000); the "
-        "first 10%% "
-        "(at most 20) are warm-up",
+        help="ddp, overhead, bubble, charts, placement: training steps per run (200, 400, 20, "
+        "2000, 150); the first 10%% (at most 20) are warm-up",
     )
     distributed.add_argument(
         "--repeats",
         type=_positive,
         default=3,
-        help="ddp, overhead, bubble, charts, faults: runs each (3)",
+        help="ddp, overhead, bubble, charts, faults, placement: runs each (3)",
     )
     distributed.add_argument(
         "--transfers", type=_positive, default=10, help="allreduce, nccl: timed repetitions (10)"
@@ -318,6 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=_planner_models,
         default=None,
         help="planner: models to predict and run (mlp,cnn)",
+    )
+    placement = parser.add_argument_group("placement suite (also --train-steps, --repeats, --seed)")
+    placement.add_argument(
+        "--placement-hidden",
+        type=_hidden,
+        default=None,
+        help="placement: hidden layers (256,2048,2048,256)",
+    )
+    placement.add_argument(
+        "--placement-batch", type=_positive, default=None, help="placement: global batch (512)"
     )
     faults = parser.add_argument_group("faults suite (also --hidden, --repeats, --seed)")
     faults.add_argument(

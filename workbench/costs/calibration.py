@@ -3,7 +3,8 @@
 - ``op_seconds[device][signature]``: the median time of one node of that signature
   (:func:`workbench.costs.op_costs.op_signature`) on that device;
 - ``links[(source, destination)]``: latency and bandwidth fitted to timed one-way sends of
-  several sizes over the transport the run uses (:func:`fit_link`);
+  several sizes over the transport the run uses (:func:`fit_link`); ``link_sizes``: those
+  sizes (links fitted to other sizes are measured again);
 - ``add_bytes_per_second[device]``: how fast the device adds a received tensor into its own
   (the arithmetic of a reduction);
 - ``dispatch_seconds``: one round of Dask tasks, one per device, submitted and gathered (what
@@ -84,6 +85,7 @@ class Calibration:
     devices: tuple[str, ...]
     op_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
     links: dict[str, LinkFit] = field(default_factory=dict)
+    link_sizes: tuple[int, ...] = ()
     add_bytes_per_second: dict[str, float] = field(default_factory=dict)
     step_overhead_seconds: dict[str, float] = field(default_factory=dict)
     dispatch_seconds: float = 0.0
@@ -117,6 +119,7 @@ class Calibration:
             devices=tuple(dict.fromkeys((*self.devices, *newer.devices))),
             op_seconds=op_seconds,
             links={**self.links, **newer.links},
+            link_sizes=newer.link_sizes if newer.links else self.link_sizes,
             add_bytes_per_second={**self.add_bytes_per_second, **newer.add_bytes_per_second},
             step_overhead_seconds={**self.step_overhead_seconds, **newer.step_overhead_seconds},
             dispatch_seconds=newer.dispatch_seconds or self.dispatch_seconds,
@@ -132,6 +135,7 @@ class Calibration:
                 "devices": list(self.devices),
                 "op_seconds": self.op_seconds,
                 "links": {key: [fit.latency, fit.bandwidth] for key, fit in self.links.items()},
+                "link_sizes": list(self.link_sizes),
                 "add_bytes_per_second": self.add_bytes_per_second,
                 "step_overhead_seconds": self.step_overhead_seconds,
                 "dispatch_seconds": self.dispatch_seconds,
@@ -158,6 +162,7 @@ class Calibration:
             devices=tuple(data["devices"]),
             op_seconds={d: dict(times) for d, times in data["op_seconds"].items()},
             links={key: LinkFit(*pair) for key, pair in data["links"].items()},
+            link_sizes=tuple(data.get("link_sizes", ())),
             add_bytes_per_second=dict(data["add_bytes_per_second"]),
             step_overhead_seconds=dict(data.get("step_overhead_seconds", {})),
             dispatch_seconds=float(data["dispatch_seconds"]),

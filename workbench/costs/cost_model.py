@@ -53,6 +53,17 @@ class StaticCostModel:
             return 0.0
         return self.latency + nbytes / self.bytes_per_second
 
+    def describe(self) -> str:
+        """Examples
+        --------
+        >>> StaticCostModel().describe()
+        'fixed rates: 90 GFLOP/s, 2.2 GB/s and 2 ms a message'
+        """
+        return (
+            f"fixed rates: {self.flops_per_second / 1e9:g} GFLOP/s, "
+            f"{self.bytes_per_second / 1e9:g} GB/s and {self.latency * 1e3:g} ms a message"
+        )
+
 
 class CalibratedCostModel:
     """Times measured on the devices (see the module docstring for what stands in for a time
@@ -80,6 +91,30 @@ class CalibratedCostModel:
                 return self.fallback.node_seconds(graph, node, device)
             seconds = estimate_flops(graph, node) / rate
         return seconds
+
+    def is_measured(self, graph: Graph, node: Node) -> bool:
+        """Whether ``node``'s signature was timed on some device (else its time is scaled
+        from a measured FLOP rate, or the static estimate)."""
+        return op_signature(graph, node) in self._any_device
+
+    def describe(self) -> str:
+        """Examples
+        --------
+        >>> c = Calibration("sig", ("a", "b"), {"a": {"relu(4:float32)": 1e-6}},
+        ...                 {"a -> b": LinkFit(5e-5, 2e9)})
+        >>> CalibratedCostModel(c).describe()
+        'measured: 1 node timings on 2 devices; links 0.050 ms + 2.0 GB/s'
+        """
+        fits = list(self.calibration.links.values())
+        links = "no links measured (fixed rates)"
+        if fits:
+            latency = median(fit.latency for fit in fits)
+            bandwidth = median(fit.bandwidth for fit in fits)
+            links = f"links {latency * 1e3:.3f} ms + {bandwidth / 1e9:.1f} GB/s"
+        return (
+            f"measured: {len(self._any_device)} node timings on "
+            f"{len(self.calibration.devices)} devices; {links}"
+        )
 
     def _rate_of(self, op: str) -> float | None:
         """FLOP/s measured for ``op`` on its timed shapes (the median), from signatures alone:

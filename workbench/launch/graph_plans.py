@@ -13,8 +13,11 @@ from workbench.strategies import STRATEGIES
 def graph_plan(config: RunConfig, model: Any) -> Any:
     """The placed and partitioned client graph of ``config`` for ``model`` (it has
     ``describe()`` and ``partitioned``); a strategy whose devices build their own programs
-    is refused, naming the ones that have a plan."""
-    plan = STRATEGIES[config.strategy].graph_plan(config, model, make_optimizer(config.optimizer))
+    is refused, naming the ones that have a plan, and so is a model the strategy would refuse
+    to train (a run's checks, before the plan)."""
+    strategy = STRATEGIES[config.strategy]
+    strategy.check_model(config, model)
+    plan = strategy.graph_plan(config, model, make_optimizer(config.optimizer))
     if plan is None:
         raise ConfigError(
             "--strategy",

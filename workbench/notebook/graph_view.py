@@ -1,7 +1,10 @@
 """The partitioned graph of a model-parallel run, drawn: one lane per device (its colour), the
 device's nodes in the order they run, edges inside a partition in grey, and every Send/Recv pair
-as a red dashed edge between the lanes, labelled by its rendezvous key on hover. A pipeline's
-split is drawn the same way, one lane per stage (:func:`pipeline_view`).
+as a red dashed edge between the lanes, labelled by its rendezvous key on hover. With the cost
+model's prediction (a model-parallel plan has one), each lane's label gives the device's
+predicted busy milliseconds, each Send/Recv pair's tooltip its bytes and predicted
+milliseconds, and the title the predicted step. A pipeline's split is drawn the same way, one
+lane per stage (:func:`pipeline_view`).
 
 ``plan_view(config)`` builds the same plan ``dtrain plan`` prints, without starting anything.
 """
@@ -16,6 +19,7 @@ from workbench.config import RunConfig
 from workbench.data import load_dataset
 from workbench.launch.graph_plans import graph_plan
 from workbench.models import build_model
+from workbench.parallel.model_parallel.graph import ModelParallelPlan, Prediction
 from workbench.parallel.pipeline.stages import split_layers
 from workbench.passes import Partitioned
 from workbench.runtime import device_name
@@ -24,7 +28,10 @@ from workbench.strategies import validate_config
 MARKERS = {"send": "triangle", "recv": "inverted_triangle"}
 
 
-def partition_figure(partitioned: Partitioned, width: int = 920) -> figure:
+def partition_figure(
+    partitioned: Partitioned, width: int = 920, prediction: Prediction | None = None
+) -> figure:
+    """One lane per device of ``partitioned``, with ``prediction``'s costs if given."""
     devices = list(partitioned.partitions)
     colours = {device: Category10[10][i % 10] for i, device in enumerate(devices)}
     position: dict[str, tuple[int, int]] = {}
@@ -54,18 +61,25 @@ def partition_figure(partitioned: Partitioned, width: int = 920) -> figure:
         for node in graph.nodes:
             if node.op in MARKERS:
                 (sends if node.op == "send" else receives)[node.attrs["key"]] = node.name
-    across = {"x0": [], "y0": [], "x1": [], "y1": [], "key": []}
+    nbytes = {transfer.key: transfer.nbytes for transfer in partitioned.transfers}
+    seconds = prediction.transfer_seconds if prediction is not None else {}
+    across: dict[str, list] = {c: [] for c in ("x0", "y0", "x1", "y1", "key", "bytes", "ms")}
     for key, sender in sends.items():
         if key in receives:
             (x0, y0), (x1, y1) = position[sender], position[receives[key]]
-            for column, value in zip(("x0", "y0", "x1", "y1", "key"), (x0, y0, x1, y1, key)):
+            ms = f"{1e3 * seconds[key]:.3f}" if key in seconds else "-"
+            row = (x0, y0, x1, y1, key, f"{nbytes.get(key, 0):,}", ms)
+            for column, value in zip(across, row):
                 across[column].append(value)
 
+    title = f"partitioned graph: {len(devices)} devices, {len(sends)} Send/Recv pairs"
+    lanes = list(devices)
+    if prediction is not None:
+        busy = prediction.schedule.busy
+        lanes = [f"{device} (busy {1e3 * busy.get(device, 0.0):.1f} ms)" for device in devices]
+        title += f", predicted step {1e3 * prediction.schedule.seconds:.1f} ms"
     chart = _lanes_figure(
-        f"partitioned graph: {len(devices)} devices, {len(sends)} Send/Recv pairs",
-        devices,
-        "position in the device's partition (execution order)",
-        width,
+        title, lanes, "position in the device's partition (execution order)", width
     )
     chart.segment("x0", "y0", "x1", "y1", source=ColumnDataSource(inside), color="#bbbbbb")
     pairs = _send_recv_edges(chart, across)
@@ -73,17 +87,25 @@ def partition_figure(partitioned: Partitioned, width: int = 920) -> figure:
         "x", "y", source=ColumnDataSource(nodes), color="colour", marker="marker", size=9
     )
     chart.add_tools(HoverTool(renderers=[dots], tooltips=[("node", "@name"), ("op", "@op")]))
-    chart.add_tools(HoverTool(renderers=[pairs], tooltips=[("key", "@key")]))
+    chart.add_tools(
+        HoverTool(
+            renderers=[pairs],
+            tooltips=[("key", "@key"), ("bytes", "@bytes"), ("predicted ms", "@ms")],
+        )
+    )
     return chart
 
 
 def plan_view(config: RunConfig, model=None) -> figure:
     """The plan of ``config`` (its model preset, or ``model``), drawn: a model-parallel
-    placement, a parameter-server graph (one lane per worker and per PS task) or an
-    in-graph replicated graph (one lane per tower)."""
+    placement (with the cost model's predicted busy time per device and milliseconds per
+    Send/Recv pair, as ``dtrain plan`` prints them), a parameter-server graph (one lane per
+    worker and per PS task) or an in-graph replicated graph (one lane per tower)."""
 
     config, model = _checked_model(config, model)
-    return partition_figure(graph_plan(config, model).partitioned)
+    plan = graph_plan(config, model)
+    prediction = plan.prediction if isinstance(plan, ModelParallelPlan) else None
+    return partition_figure(plan.partitioned, prediction=prediction)
 
 
 def pipeline_figure(model, stages: list[range], devices: list[str], width: int = 920) -> figure:

@@ -9,25 +9,26 @@ from workbench.passes.common_subexpressions import eliminate_common_subexpressio
 from workbench.passes.fold_constants import fold_constants
 from workbench.passes.partition import Partitioned, PartitionError, Transfer, partition
 from workbench.passes.pipeline import DEFAULT_PASSES, PassReport, run_passes
-from workbench.passes.place import CostModel, PlacementError, estimate_flops, place
+from workbench.passes.place import PlacementError, place
 from workbench.passes.prune import extract, prune
+from workbench.passes.schedule import Schedule, predict_schedule
 from workbench.passes.verify import GraphVerificationError, verify
 
 __all__ = [
     "DEFAULT_PASSES",
-    "CostModel",
     "GraphVerificationError",
     "PartitionError",
     "Partitioned",
     "PassReport",
     "PlacementError",
+    "Schedule",
     "Transfer",
     "eliminate_common_subexpressions",
-    "estimate_flops",
     "extract",
     "fold_constants",
     "partition",
     "place",
+    "predict_schedule",
     "prune",
     "run_passes",
     "verify",

@@ -1,60 +1,43 @@
 """Placement: give every node a device, as the TF master's placer does.
 
-Order of authority: (1) explicit constraints written in model code (``with
-builder.device("/task:1")``), matched by their most specific parts against the real device names
-and refused if they name no device; (2) colocation: a variable's updates, and any node that
-reads a variable only to feed its update, go where the variable lives, and backward nodes go
-where their forward node went (TF's ``colocate_gradients_with_ops``); (3) the rest by a simple
-greedy cost model: in topological order, each node goes to the device where it would finish
-first, counting the device's queued work, the op's estimated time (FLOPs / device rate) and the
-time to bring each input from another device (latency + bytes / bandwidth).
+Order of authority:
+
+1. explicit constraints written in model code (``with builder.device("/task:1")``), matched
+   by their most specific parts against the real device names and refused if they name no
+   device;
+2. colocation with a variable: an unconstrained read or update of a variable (``var``) runs
+   on the device holding it (each device keeps its own variables, so a read elsewhere would
+   see another copy), and an update runs where its first input, the read, is;
+3. with ``colocate_gradients`` (TF's ``colocate_gradients_with_ops``), a backward node goes
+   where its forward node went (autodiff names it ``gradients/<forward node>/...``);
+4. the rest by a greedy cost model: in graph order, each node goes to the device where it
+   would finish first (:class:`~workbench.passes.schedule.Timeline`: the device's queued
+   work, ``cost.node_seconds`` there, ``cost.transfer_seconds`` for each input made
+   elsewhere), counting, away from its inputs, the trip of its result back to them; ties
+   (within a margin of noise) go to the lowest device (:func:`_earliest`).
+
+A source (a placeholder, a constant, a variable), and a node that reads only sources (a
+weight's transpose, the labels' one-hot), has nothing to wait for, so "earliest finish" would
+put it on whichever device happens to be idle at that point in the order, and its reader
+elsewhere would then pay to bring it over, each step. It goes with its first reader instead:
+a reader weighing a device counts it as run there just before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
 
-import numpy as np
-
+from workbench.costs import CostModel, StaticCostModel
 from workbench.ir.graph import Graph, Node
+from workbench.passes.schedule import Timeline
 
 COLOCATED_WITH_VARIABLE = ("apply_sgd", "apply_momentum", "apply_adam", "assign")
+SOURCES = ("placeholder", "constant", "variable")
+TIE_FRACTION, TIE_SECONDS = 0.25, 1e-6
 
 
 class PlacementError(ValueError):
     """A device constraint that names no device (lists the devices there are)."""
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """Seconds for ops and transfers, from static constants: ~90 GFLOP/s (single-thread sgemm
-    on the 2-core development machine) and ~2.2 GB/s between Dask workers (64 MB transfers),
-    plus a fixed 2 ms per message, which was Dask's comms before the shared-memory channels
-    and is now only a pessimistic bound (docs/architecture.md, "What Dask costs"). The placer
-    needs their ratios, not their exact values; calibrated figures would replace them."""
-
-    flops_per_second: float = 90e9
-    bytes_per_second: float = 2.2e9
-    latency: float = 2e-3
-
-    def op_seconds(self, graph: Graph, node: Node) -> float:
-        return estimate_flops(graph, node) / self.flops_per_second
-
-    def transfer_seconds(self, nbytes: int) -> float:
-        return self.latency + nbytes / self.bytes_per_second
-
-
-def estimate_flops(graph: Graph, node: Node) -> float:
-    """Rough FLOPs of one node: exact for matmul and conv, one per output element otherwise."""
-    inputs = [graph.type_of(value) for value in node.inputs]
-    out = sum(t.size for t in node.types)
-    if node.op == "matmul":
-        return 2.0 * out * inputs[0].shape[-1]
-    if node.op in ("conv2d", "conv2d_input_grad", "conv2d_filter_grad"):
-        weights = inputs[1] if node.op != "conv2d_filter_grad" else node.types[0]
-        return 2.0 * max(out, inputs[0].size) * int(np.prod(weights.shape[1:]))
-    return float(max(out, 1))
 
 
 def resolve_device(constraint: str, devices: Sequence[str]) -> str:
@@ -83,9 +66,91 @@ def resolve_device(constraint: str, devices: Sequence[str]) -> str:
     return matches[0]
 
 
-def place(graph: Graph, devices: Sequence[str], cost: CostModel | None = None) -> Graph:
-    """A copy of ``graph`` with ``device`` set on every node."""
-    cost = cost or CostModel()
+def place(
+    graph: Graph,
+    devices: Sequence[str],
+    cost: CostModel | None = None,
+    colocate_gradients: bool = True,
+    fed_everywhere: Collection[str] = (),
+) -> Graph:
+    """A copy of ``graph`` with ``device`` set on every node (see the module docstring).
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph; a node's ``device``, if set, is a constraint.
+    devices : sequence of str
+        The device names, in rank order (ties go to the first).
+    cost : CostModel, optional
+        Seconds of nodes and transfers (default: :class:`~workbench.costs.StaticCostModel`).
+    colocate_gradients : bool
+        Backward nodes follow their forward node. Off, the placer may run a weight's gradient
+        on another device while the first goes on with the input's gradient.
+    fed_everywhere : collection of str
+        Placeholders every device can feed itself: a reader anywhere pays nothing for them
+        (pass the same names to :func:`~workbench.passes.partition.partition`).
+
+    Examples
+    --------
+    >>> from workbench.ir import GraphBuilder, ops
+    >>> b = GraphBuilder()
+    >>> x = b.placeholder("x", (4, 4), "float32")
+    >>> with b.device("/task:1"):
+    ...     y = ops.exp(x)
+    >>> placed = place(b.build({"y": ops.relu(y)}), ["/task:0/cpu", "/task:1/cpu"])
+    >>> [node.device for node in placed.nodes]
+    ['/task:1/cpu', '/task:1/cpu', '/task:1/cpu']
+    """
+    devices = list(devices)
+    chosen = _constrained(graph, devices)
+    homes = _variable_homes(graph, chosen)
+    timeline = Timeline(graph, devices, cost or StaticCostModel(), fed_everywhere)
+    waiting: dict[str, Node] = {}  # nodes that go with their first reader, not placed yet
+    for node in graph.nodes:
+        device = chosen.get(node.name) or _colocated(node, timeline, homes, colocate_gradients)
+        if device is None and _made_from_sources(graph, node):
+            waiting[node.name] = node
+            continue
+        first = _waiting_inputs(node, waiting)
+        if device is None:
+            device = _earliest(timeline, node, devices, first)
+        for each in first:
+            _commit(timeline, waiting.pop(each.name), device, homes)
+        _commit(timeline, node, device, homes)
+    for node in list(waiting.values()):  # read by nothing: where it would finish first
+        if node.name in waiting:
+            first = _waiting_inputs(node, waiting)
+            device = _earliest(timeline, node, devices, first)
+            for each in [*first, node]:
+                _commit(timeline, waiting.pop(each.name), device, homes)
+    where = timeline.device
+    return graph.with_nodes(node.replace(device=where[node.name]) for node in graph.nodes)
+
+
+def _made_from_sources(graph: Graph, node: Node) -> bool:
+    """A source (placeholder, constant, variable), or a node that reads only sources (a
+    weight's transpose, the labels' one-hot): either is ready whenever its reader wants it."""
+    if node.control_inputs:
+        return False
+    return all(graph.node(value.node).op in SOURCES for value in node.inputs)
+
+
+def _waiting_inputs(node: Node, waiting: dict[str, Node]) -> list[Node]:
+    """The waiting nodes ``node`` reads, with the waiting nodes they read, in graph order
+    (``waiting`` is filled in graph order)."""
+    found: dict[str, Node] = {}
+
+    def visit(each: Node) -> None:
+        for value in each.inputs:
+            if value.node in waiting and value.node not in found:
+                visit(waiting[value.node])
+                found[value.node] = waiting[value.node]
+
+    visit(node)
+    return [each for name, each in waiting.items() if name in found]
+
+
+def _constrained(graph: Graph, devices: list[str]) -> dict[str, str]:
     chosen: dict[str, str] = {}
     for node in graph.nodes:
         if node.device is not None:
@@ -93,40 +158,75 @@ def place(graph: Graph, devices: Sequence[str], cost: CostModel | None = None) -
                 chosen[node.name] = resolve_device(node.device, devices)
             except PlacementError as error:
                 raise PlacementError(f"node {node.name!r}: {error}") from None
-    # Colocation, as TF's colocate_gradients_with_ops: autodiff names each backward node
-    # "gradients/<forward node>/...", and it runs where that forward node runs.
+    return chosen
+
+
+def _variable(node: Node) -> str | None:
+    """The variable a read or an update belongs to."""
+    if node.op == "variable" or node.op in COLOCATED_WITH_VARIABLE:
+        return node.attrs.get("var")
+    return None
+
+
+def _variable_homes(graph: Graph, chosen: dict[str, str]) -> dict[str, str]:
+    """Where each constrained variable lives: its first constrained read or update's device.
+    (Mirrored in-graph towers pin a copy of one variable to each device; only unconstrained
+    reads and updates follow the home.)"""
+    homes: dict[str, str] = {}
     for node in graph.nodes:
-        if node.name.startswith("gradients/") and node.name not in chosen:
-            parts = node.name.split("/")[1:]
-            for end in range(len(parts) - 1, 0, -1):
-                forward = "/".join(parts[:end])
-                if forward in chosen:
-                    chosen[node.name] = chosen[forward]
-                    break
-    # Colocation: an update runs where its variable lives (its first input is the read).
-    for node in graph.nodes:
-        if node.op in COLOCATED_WITH_VARIABLE and node.inputs[0].node in chosen:
-            chosen.setdefault(node.name, chosen[node.inputs[0].node])
-    ready_at = dict.fromkeys(devices, 0.0)
-    finish: dict[str, float] = {}
-    for node in graph.nodes:
-        arrival = {}
-        for device in devices:
-            time = ready_at[device]
-            for value in node.inputs:
-                source = chosen[value.node]
-                moved = (
-                    0.0 if source == device else cost.transfer_seconds(graph.type_of(value).nbytes)
-                )
-                time = max(time, finish[value.node] + moved)
-            arrival[device] = time
-        if node.name not in chosen:
-            if node.op in COLOCATED_WITH_VARIABLE:
-                chosen[node.name] = chosen[node.inputs[0].node]
-            else:
-                # Earliest finish; ties go to the lowest device, so placement is deterministic.
-                chosen[node.name] = min(devices, key=lambda d: (arrival[d], devices.index(d)))
-        device = chosen[node.name]
-        finish[node.name] = arrival[device] + cost.op_seconds(graph, node)
-        ready_at[device] = finish[node.name]
-    return graph.with_nodes(node.replace(device=chosen[node.name]) for node in graph.nodes)
+        variable = _variable(node)
+        if variable is not None and node.name in chosen:
+            homes.setdefault(variable, chosen[node.name])
+    return homes
+
+
+def _colocated(
+    node: Node, timeline: Timeline, homes: dict[str, str], gradients: bool
+) -> str | None:
+    """The device colocation decides for an unconstrained node, or None."""
+    variable = _variable(node)
+    if variable in homes:
+        return homes[variable]
+    if node.op in COLOCATED_WITH_VARIABLE and node.inputs:
+        return timeline.device.get(node.inputs[0].node) or None
+    if gradients and node.name.startswith("gradients/"):
+        parts = node.name.split("/")[1:]
+        for end in range(len(parts) - 1, 0, -1):
+            forward = timeline.device.get("/".join(parts[:end]))
+            if forward:
+                return forward
+    return None
+
+
+def _earliest(timeline: Timeline, node: Node, devices: list[str], first: list[Node]) -> str:
+    """The device where ``node`` (after the waiting nodes ``first`` it reads) would have its
+    result ready first, back where its inputs are.
+
+    A device other than the one holding most of the inputs is charged for sending the result
+    back there: the order is greedy, and a node moved to an idle device is judged by its own
+    finish, not by when its reader, back on the first device, gets it. A weight's gradient
+    still moves when it pays for the trip back to its update. A node whose inputs are all
+    everywhere is at home on the first device.
+
+    The first device within the tie margin of the earliest wins: ``TIE_FRACTION`` of the
+    nodes' time plus ``TIE_SECONDS``. Two identical devices' measured times of one op differ
+    by 5-20% (calibration noise), which must not decide.
+    """
+    home = timeline.home(node, {each.name for each in first}) or devices[0]
+    ready = {
+        d: timeline.finish_at(node, d, first) + timeline.back_seconds(node, d, home)
+        for d in devices
+    }
+    best = min(ready.values())
+    for device in devices:
+        seconds = sum(timeline.cost.node_seconds(timeline.graph, n, device) for n in [*first, node])
+        if ready[device] <= best + TIE_FRACTION * seconds + TIE_SECONDS:
+            return device
+    raise AssertionError("the earliest device is within its own margin")
+
+
+def _commit(timeline: Timeline, node: Node, device: str, homes: dict[str, str]) -> None:
+    timeline.commit(node, device)
+    variable = _variable(node)
+    if variable is not None:
+        homes.setdefault(variable, device)

@@ -92,6 +92,13 @@ class DeviceCosts:
             return self.cluster.link(source, destination)
         return self.rpc_links.get((source, destination), self.default_rpc)
 
+    def transfer_seconds(self, nbytes: int, source: str, destination: str) -> float:
+        """What the placer asks: a tensor's trip over the peer link (nothing on one device).
+        With :meth:`node_seconds` this makes the costs a placer's cost model."""
+        if source == destination:
+            return 0.0
+        return self.peer_link(source, destination).seconds(nbytes)
+
     @property
     def add_seconds_per_byte(self) -> float:
         return 1.0 / self.add_bytes_per_second

@@ -104,7 +104,7 @@ def step_programs(
             model, optimizer, batch, dtype, workers, shards, costs, config.ps_partition_min_bytes
         )
     if name == "model-parallel":
-        return model_parallel_step(model, optimizer, batch, dtype, devices, costs)
+        return model_parallel_step(model, optimizer, batch, dtype, devices, costs, config.placement)
     if name == "pipeline":
         return pipeline_step(
             model, optimizer, batch, dtype, devices, costs, config.microbatches, config.schedule

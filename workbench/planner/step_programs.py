@@ -225,11 +225,14 @@ def model_parallel_step(
     dtype: str,
     devices: Sequence[str],
     costs: DeviceCosts,
-    graph_plan=None,
+    placement: str = "greedy",
 ) -> StepPrograms:
-    """``model-parallel`` (``parallel/model_parallel/device.py``): each device runs its
+    """``model-parallel`` (``parallel/model_parallel/device.py``): the graph placed as the run
+    places it (``placement``, greedy by these same costs), each device running its
     partition's nodes in order; a Send puts its tensor on the link, a Recv waits for it."""
-    plan = graph_plan or build_model_parallel_graph(model, optimizer, batch, dtype, devices)
+    plan = build_model_parallel_graph(
+        model, optimizer, batch, dtype, devices, placement, costs, costs.source
+    )
     programs = {}
     for device, partition in plan.partitioned.partitions.items():
 

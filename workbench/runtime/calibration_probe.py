@@ -29,7 +29,10 @@ from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.transport import recv_into
 from workbench.runtime.worker_service import device_service
 
-TRANSFER_SIZES = (1 << 10, 1 << 18, 1 << 21)  # 1 KiB, 256 KiB, 2 MiB
+# 1 KiB, 256 KiB, 2 MiB, 8 MiB. The largest is past the caches, where a copy runs at memory
+# speed: fitted through 2 MiB alone, the 2-core machine's shared-memory links read 17 GB/s,
+# while an 8 MiB tensor (a model-parallel activation) crossed at 6 GB/s and 32 MiB at 3.2.
+TRANSFER_SIZES = (1 << 10, 1 << 18, 1 << 21, 1 << 23)
 ADD_BYTES = 1 << 22
 # How tensors travel between devices, each timed on its own: ``peer`` (one-way Send/Recv over
 # the shared-memory channels or Dask's comms), ``rpc`` (Dask RPCs, as parameter servers are
@@ -385,13 +388,17 @@ def calibrate_session(
     wires: Sequence[str] = WIRES,
 ) -> Calibration:
     """Measure what ``known`` (a cached calibration of the same cluster) lacks: the nodes of
-    ``graphs`` not yet timed on each device, and, if ``known`` has none, the links between
-    each pair of devices and the dispatch cost."""
+    ``graphs`` not yet timed on each device, and, if ``known`` has none (or fitted them to
+    other sizes than :data:`TRANSFER_SIZES`), the links between each pair of devices and the
+    dispatch cost."""
     start = time.perf_counter()
     client, names = session.client, session.device_names
     kind = session.device_type
     signature = session_signature(session)
     known = known if known is not None and known.signature == signature else None
+    if known is not None and known.links and known.link_sizes != TRANSFER_SIZES:
+        # Links fitted to other sizes than these are measured again, every wire of them.
+        known = Calibration(**{**known.__dict__, "links": {}, "link_sizes": ()})
     wires_wanted = [wire for wire in wires if not (known and known.has_wire(wire))]
     if known is not None and not wires_wanted and _all_timed(known, names, graphs):
         return known  # nothing new to measure: a second run of this model on this cluster
@@ -423,6 +430,8 @@ def calibrate_session(
         host_cores={m["host"]: float(m["cores"]) for m in measured},
     )
     calibration.links.update(_measure_wires(session, wires_wanted, repeats, stall_timeout))
+    if wires_wanted:
+        calibration.link_sizes = TRANSFER_SIZES
     if known is None or not known.dispatch_seconds:
         calibration.dispatch_seconds = measure_dispatch(session, steps_per_task)
     calibration.measured_seconds = time.perf_counter() - start

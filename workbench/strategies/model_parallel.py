@@ -2,17 +2,24 @@
 ``--devices`` devices and partitioned with Send/Recv on every cut edge — the distributed
 master's way. Every device runs its partition each step; the devices wait on each other along
 the layer chain, which is why model parallelism scales poorly (watch the ``recv`` phases).
-The graph is built in :mod:`workbench.parallel.model_parallel.graph`, run on each device by
-:mod:`workbench.parallel.model_parallel.device`.
+``--placement`` says who places the graph: the greedy placer with the costs the run measured
+(``greedy``), the parameter-balanced layer split (``balanced-params``) or the model's device
+constraints (``manual``). The graph is built in :mod:`workbench.parallel.model_parallel.graph`,
+run on each device by :mod:`workbench.parallel.model_parallel.device`.
 """
 
 from __future__ import annotations
 
-from workbench.config import ConfigError, RunConfig
+from workbench.config import ConfigError, Option, RunConfig
+from workbench.costs import CalibratedCostModel, CostModel, StaticCostModel
 from workbench.models import Sequential
 from workbench.parallel.device_run import DevicePlan
 from workbench.parallel.model_parallel.device import DeviceSpec, setup_device
-from workbench.parallel.model_parallel.graph import ModelParallelPlan, build_model_parallel_graph
+from workbench.parallel.model_parallel.graph import (
+    PLACEMENTS,
+    ModelParallelPlan,
+    build_model_parallel_graph,
+)
 from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
 from workbench.passes import PlacementError
@@ -20,44 +27,101 @@ from workbench.passes.place import resolve_device
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import ClusterStrategy
 from workbench.strategies.definition import layers_fill
+from workbench.training.calibration import cached_local_calibration
 from workbench.training.job import Progress, TrainingJob
+
+PLACEMENT = Option(
+    "placement",
+    str,
+    "greedy",
+    "who places the graph: greedy (the cost model, with the costs the run measured), "
+    "balanced-params (contiguous layer groups balanced by parameter count), manual (the "
+    "model's device constraints)",
+    choices=PLACEMENTS,
+)
 
 
 class ModelParallel(ClusterStrategy):
     name = "model-parallel"
     description = "the graph placed over devices and partitioned, Send/Recv on cut edges"
-    options = ()
+    options = (PLACEMENT,)
 
     def check_config(self, config: RunConfig) -> None:
         """Any device count: whether the model has enough layers is ``check_model``'s."""
 
     def check_model(self, config: RunConfig, model: Sequential) -> None:
-        if any(layer.device for layer in model.layers):
-            kind = "gpu" if config.device_type == "gpu" else "cpu"
-            for layer in model.layers:
-                if layer.device:
-                    try:
-                        resolve_device(layer.device, self.device_names(config, kind))
-                    except PlacementError as error:
-                        raise ConfigError(
-                            "device constraint", f"layer {layer.name}: {error}"
-                        ) from None
-            return
-        layers_fill(model, config.devices, "--devices")
+        constrained = [layer for layer in model.layers if layer.device]
+        if config.placement == "manual" and not constrained:
+            raise ConfigError(
+                "--placement",
+                "manual places the layers where the model's device constraints put them, and "
+                "no layer has one: build the layers inside `with workbench.device('/task:N'):` "
+                "(or pass device= to them), or use --placement greedy or balanced-params",
+            )
+        kind = "gpu" if config.device_type == "gpu" else "cpu"
+        for layer in constrained:
+            try:
+                resolve_device(layer.device, self.device_names(config, kind))
+            except PlacementError as error:
+                raise ConfigError("device constraint", f"layer {layer.name}: {error}") from None
+        if config.placement == "balanced-params" and not constrained:
+            layers_fill(model, config.devices, "--devices")
+
+    def summary_fields(self, config: RunConfig, log, devices: list[str]) -> dict:
+        return {"placement": config.placement}
 
     def graph_plan(self, config: RunConfig, model: Sequential, optimizer) -> ModelParallelPlan:
+        """The plan a run would use, with the costs of the local cluster it would start: the
+        run store's cached calibration of it, else fixed rates."""
         devices = self.planned_device_names(config)
+        kind = "gpu" if config.device_type == "gpu" else "cpu"
+        calibration = cached_local_calibration(kind, devices)
+        if calibration is None:
+            cost: CostModel = StaticCostModel()
+            source = (
+                f"{cost.describe()}; no calibration of a local {len(devices)}-device "
+                f"{kind.upper()} cluster is cached (a run measures one)"
+            )
+        else:
+            cost = CalibratedCostModel(calibration)
+            source = (
+                f"the cached calibration of the local {len(devices)}-device {kind.upper()} "
+                f"cluster, {cost.describe()}"
+            )
         return build_model_parallel_graph(
-            model, optimizer, config.batch_size, config.dtype, devices
+            model,
+            optimizer,
+            config.batch_size,
+            config.dtype,
+            devices,
+            config.placement,
+            cost,
+            source,
         )
 
     def plan(
         self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress
     ) -> DevicePlan:
+        if job.calibration is None:
+            cost: CostModel = StaticCostModel()
+        else:
+            cost = CalibratedCostModel(job.calibration)
         graph = build_model_parallel_graph(
-            job.model, job.optimizer, job.sampler.batch_size, config.dtype, session.device_names
+            job.model,
+            job.optimizer,
+            job.sampler.batch_size,
+            config.dtype,
+            session.device_names,
+            config.placement,
+            cost,
         )
-        progress(f"[{self.name}] {len(graph.partitioned.transfers)} Send/Recv pairs per step")
+        assert graph.prediction is not None
+        busy = ", ".join(f"{1e3 * s:.1f}" for s in graph.prediction.schedule.busy.values())
+        progress(
+            f"[{self.name}] --placement {config.placement}: "
+            f"{len(graph.partitioned.transfers)} Send/Recv pairs per step; predicted busy ms "
+            f"per device {busy}, step {1e3 * graph.prediction.schedule.seconds:.1f} ms"
+        )
         specs = [
             DeviceSpec(
                 make_worker_spec(session, job, rank, 1),

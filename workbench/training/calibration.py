@@ -17,6 +17,7 @@ from workbench.ir import Graph
 from workbench.runtime.calibration_probe import (
     calibrate_in_process,
     calibrate_session,
+    cluster_signature,
     in_process_signature,
     session_signature,
 )
@@ -32,6 +33,18 @@ def timed_graphs(job: TrainingJob, batch_sizes: Sequence[int]) -> list[Graph]:
         build_training_graph(job.model, job.optimizer, size, job.config.dtype).graph
         for size in sorted(set(batch_sizes))
     ]
+
+
+def cached_local_calibration(
+    device_type: str, device_names: Sequence[str], store: RunStore | None = None
+) -> Calibration | None:
+    """What the run store has cached for the local cluster a run on these devices starts
+    (every worker on 127.0.0.1), or None: the costs a plan can show before any cluster."""
+    hosts = ["127.0.0.1"] * len(device_names)
+    text = (store or RunStore()).load_calibration(
+        cluster_signature(device_type, device_names, hosts)
+    )
+    return Calibration.from_json(text) if text else None
 
 
 def calibrate_run(
