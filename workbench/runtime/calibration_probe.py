@@ -402,20 +402,28 @@ def calibrate_session(
     wires_wanted = [wire for wire in wires if not (known and known.has_wire(wire))]
     if known is not None and not wires_wanted and _all_timed(known, names, graphs):
         return known  # nothing new to measure: a second run of this model on this cluster
-    futures = [
-        client.submit(
-            measure_device,
-            list(graphs),
-            kind,
-            repeats,
-            sorted((known.op_seconds.get(name, {}) if known else {}).keys()),
-            workers=[address],
-            pure=False,
-            key=f"dtrain-calibrate-ops-{rank}-{session.run_id}",
-        )
-        for rank, (name, address) in enumerate(zip(names, session.addresses))
-    ]
-    measured = client.gather(futures)
+    # Devices time their nodes a host's worth of cores at a time: as many at once as can
+    # compute at once, so a time includes what computing neighbours cost (memory bandwidth),
+    # while sharing a core, which the simulator models itself, stays out of it. (The cores
+    # are this process's: the local cluster's; a remote cluster is taken to be alike.)
+    at_once = max(1, usable_cores()) if kind == "cpu" else len(names)
+    measured = []
+    for first in range(0, len(names), at_once):
+        futures = [
+            client.submit(
+                measure_device,
+                list(graphs),
+                kind,
+                repeats,
+                sorted((known.op_seconds.get(name, {}) if known else {}).keys()),
+                workers=[address],
+                pure=False,
+                key=f"dtrain-calibrate-ops-{rank}-{session.run_id}",
+            )
+            for rank, (name, address) in enumerate(zip(names, session.addresses))
+            if first <= rank < first + at_once
+        ]
+        measured += client.gather(futures)
     calibration = Calibration(
         signature=signature,
         devices=tuple(names),
