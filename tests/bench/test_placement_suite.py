@@ -20,6 +20,7 @@ from workbench.bench import bench_command, placement_suite
 from workbench.store import STORE_ENVIRONMENT
 
 FLAGS = ["placement", "--placement-hidden", "16", "--placement-batch", "32"]
+FLAGS += ["--placement-models", "mlp", "--train-steps", "12", "--repeats", "1"]
 
 
 @pytest.mark.usefixtures("no_leftover_processes")
@@ -27,9 +28,10 @@ def test_placement_suite_compares_greedy_and_balanced_params_step_times(tmp_path
     monkeypatch.setenv(STORE_ENVIRONMENT, str(tmp_path))
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        assert bench_command([*FLAGS, "--train-steps", "12", "--repeats", "1", "--json"]) == 0
-    result = json.loads(buffer.getvalue())["suites"]["placement"]
-    assert result["settings"]["hidden"] == [16] and result["settings"]["batch_size"] == 32
+        assert bench_command([*FLAGS, "--json"]) == 0
+    suite = json.loads(buffer.getvalue())["suites"]["placement"]
+    (result,) = suite["cases"]
+    assert result["case"]["hidden"] == [16] and result["case"]["batch_size"] == 32
     assert [trial["placement"] for trial in result["trials"]] == ["greedy", "balanced-params"]
     rows = {row["placement"]: row for row in result["rows"]}
     for placement, row in rows.items():
@@ -43,10 +45,20 @@ def test_placement_suite_compares_greedy_and_balanced_params_step_times(tmp_path
     assert balanced["largest_transfers"][0]["bytes"] == 32 * 16 * 4
     ratio = rows["greedy"]["step_ms"]["median"] / rows["balanced-params"]["step_ms"]["median"]
     assert result["ratio"]["of_medians"] == pytest.approx(ratio)
-    assert result["met"] is (ratio <= 0.9)
+    assert result["met"] is (ratio <= 0.9) and suite["met"] is result["met"]
     # Each run had a store of its own; the caller's store is as it was.
     assert os.environ[STORE_ENVIRONMENT] == str(tmp_path) and not any(tmp_path.iterdir())
 
-    table = placement_suite.render(result)
-    assert "| greedy |" in table and "| balanced-params |" in table
+    table = placement_suite.render(suite)
+    assert "| MLP 16 on synthetic, batch 32 | greedy |" in table
+    assert "| MLP 16 on synthetic, batch 32 | balanced-params |" in table
     assert "greedy / balanced-params step time" in table and "largest Send/Recv" in table
+
+
+def test_the_placement_suite_compares_an_mlp_and_the_cnn_by_default():
+    cases = placement_suite.PlacementSettings().cases
+    assert [(case.model, case.dataset) for case in cases] == [
+        ("mlp", "synthetic"),
+        ("cnn", "digits"),
+    ]
+    assert cases[0].hidden == (256, 2048, 2048, 256)

@@ -25,6 +25,31 @@ def test_the_drawing_has_every_node_and_one_edge_per_send_recv_pair():
     assert "9 Send/Recv pairs" in chart.title.text
 
 
+def test_a_model_parallel_drawing_shows_the_predicted_costs(tmp_path, monkeypatch):
+    from bokeh.models import HoverTool
+
+    from workbench.store import STORE_ENVIRONMENT
+
+    monkeypatch.setenv(STORE_ENVIRONMENT, str(tmp_path))  # fixed rates: nothing cached there
+    config = RunConfig(
+        strategy="model-parallel", devices=2, hidden=(32, 32), placement="balanced-params"
+    )
+    chart = plan_view(config)
+    lanes = chart.yaxis.major_label_overrides
+    assert lanes[0].startswith("/job:worker/task:0/device:CPU:0 (busy ")
+    assert all(label.endswith(" ms)") for label in lanes.values())
+    assert "predicted step" in chart.title.text
+    pairs = [r for r in chart.renderers if r.glyph.__class__.__name__ == "Segment"][1]
+    data = pairs.data_source.data
+    assert len(data["ms"]) == len(data["bytes"]) == len(data["key"]) == 9
+    # Fixed rates: 2 ms a message, so every pair takes at least 2 ms.
+    assert all(float(ms) >= 2.0 for ms in data["ms"])
+    activation = next(b for k, b in zip(data["key"], data["bytes"]) if "dense_0/relu" in k)
+    assert activation == f"{32 * 32 * 4:,}"
+    tooltips = [t.tooltips for t in chart.tools if isinstance(t, HoverTool)]
+    assert [("key", "@key"), ("bytes", "@bytes"), ("predicted ms", "@ms")] in tooltips
+
+
 def test_a_parameter_server_plan_has_a_lane_per_worker_and_ps_task():
     config = RunConfig(strategy="parameter-server", devices=2, ps=2, hidden=(32,))
     chart = plan_view(config)

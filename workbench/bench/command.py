@@ -187,8 +187,8 @@ SUITES: dict[str, Suite] = {
     ),
     "placement": Suite(
         "placement",
-        "model-parallel on 2 devices, --placement greedy vs balanced-params, MLP "
-        "784-256-2048-2048-256-10",
+        "model-parallel on 2 devices, --placement greedy vs balanced-params: MLP "
+        "784-256-2048-2048-256-10, CNN",
         placement_suite.run_from_args,
         placement_suite.render,
     ),
@@ -226,6 +226,13 @@ def _hidden(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated positive integers like 512,512, got {text!r}"
         ) from None
+
+
+def _models(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(","))
+    if not names or any(name not in ("mlp", "cnn") for name in names):
+        raise argparse.ArgumentTypeError(f"expected models from mlp,cnn, got {text!r}")
+    return names
 
 
 def _three_steps(text: str) -> tuple[int, int, int]:
@@ -334,7 +341,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="placement: hidden layers (256,2048,2048,256)",
     )
     placement.add_argument(
-        "--placement-batch", type=_positive, default=None, help="placement: global batch (512)"
+        "--placement-batch",
+        type=_positive,
+        default=None,
+        help="placement: global batch (MLP 512, CNN 256)",
+    )
+    placement.add_argument(
+        "--placement-models",
+        type=_models,
+        default=("mlp", "cnn"),
+        help="placement: which models, of mlp,cnn (both)",
     )
     faults = parser.add_argument_group("faults suite (also --hidden, --repeats, --seed)")
     faults.add_argument(

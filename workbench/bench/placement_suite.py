@@ -1,35 +1,44 @@
 """The ``placement`` suite: model parallelism placed by the greedy cost model against the
-parameter-count split, on a model with very unequal layer costs.
+parameter-count split, on models with very unequal layer costs.
 
-Each placement trains the MLP 784-256-2048-2048-256-10 on ``synthetic`` (batch 512, float32,
-momentum) on 2 devices, ``run_training`` exactly as ``dtrain run --strategy model-parallel
---placement P`` does, alternating (greedy, balanced, balanced, greedy, ...) for ``repeats``
-trials each. A trial's step time is the summary's global batch over its steady samples/s.
-Each run starts from an empty run store, so it measures its own costs, as a first run on a
-cluster does (a cached calibration would let one noisy measurement decide every trial). The
-target: greedy's median step at least 10% below balanced-params'.
+For each model, each placement trains on 2 devices (float32, momentum), ``run_training``
+exactly as ``dtrain run --strategy model-parallel --placement P`` does, alternating (greedy,
+balanced, balanced, greedy, ...) for ``repeats`` trials each. A trial's step time is the
+summary's global batch over its steady samples/s. Each run starts from an empty run store,
+so it measures its own costs, as a first run on a cluster does (a cached calibration would
+let one noisy measurement decide every trial). The target, per model: greedy's median step
+at least 10% below balanced-params'.
 
-Why greedy wins. ``dense_2`` (2048 x 2048, 4.2M parameters, 2.1 GFLOP a pass at batch 512)
-is 8-16 times any other layer. The parameter split balances parameters, so it cuts after
-``dense_1``: the 2048-wide activation (4 MiB) crosses forward and its gradient (4 MiB) crosses
-back, and the second device gets ``dense_2`` with the small tail. Its gradients follow their
-forward nodes, so that device runs ``dense_2``'s forward, its input gradient and its weight
-gradient back to back (about three quarters of the step) while the first device waits for
-it: the two devices overlap only while the first runs its two small layers' backward.
-Greedy keeps the forward pass on one device (nothing there runs in parallel) and sends
-``dense_2``'s weight gradient to the other device, where it runs beside the input gradient
-and the rest of the backward pass; it pays for that with the layer's input activation and
-output gradient going over (4 MiB each) and the 16 MiB weight gradient coming back to its
-update. ``dtrain plan --strategy model-parallel --hidden 256,2048,2048,256 --dataset
-synthetic --batch-size 512 --placement P`` shows both: each device's predicted busy time,
-how much of the step they compute at the same time, and every Send/Recv pair's bytes and
-milliseconds.
+Why greedy wins. Within a step, the only work two devices can do at once is a layer's weight
+gradient beside the input gradient (and the rest of the backward pass) that does not need it.
+The parameter split cannot use it: it cuts the layer chain where the parameters balance, and
+each layer's gradients follow their forward nodes, so a device runs its layers' input and
+weight gradients back to back while the other waits.
 
-The gain grows with the batch: the weight gradient's trip back is fixed (16 MiB), the work
-it takes off the critical path grows with the rows. On models whose costs sit where nothing
-can run beside them, greedy gains little or nothing: MLP 784-4096-64-64-10 spends most of
-its step in ``dense_0``'s forward and weight gradient, the first and last things the step
-does, and the parameter split only adds one 4 MiB activation and its gradient.
+- MLP 784-256-2048-2048-256-10 on ``synthetic``, batch 512: ``dense_2`` (2048 x 2048, 4.2M
+  parameters, 2.1 GFLOP a pass) is 8-16 times any other layer. The split cuts after
+  ``dense_1``: the 2048-wide activation (4 MiB) crosses forward and its gradient (4 MiB) back,
+  and the second device runs ``dense_2``'s forward, input gradient and weight gradient one
+  after another (about three quarters of the step) while the first waits. Greedy keeps the
+  forward pass on one device (nothing there can run in parallel) and runs ``dense_2``'s
+  weight gradient on the other, beside the input gradient and the rest of the backward pass,
+  paying with the layer's input and output gradient going over (4 MiB each) and the 16 MiB
+  weight gradient coming back to its update.
+- CNN on ``digits``, batch 256: the convolutions hold 12% of the parameters and most of the
+  work, so the split gives the first device every convolution (cut at the flatten, 1 MiB)
+  and the second the dense layers (under a tenth of the step). Greedy runs the second
+  convolution's filter gradient and the dense weight gradients on the second device beside
+  the input gradients and the max-pool gradient.
+
+``dtrain plan --strategy model-parallel ... --placement P`` shows it: each device's predicted
+busy time, how much of the step the devices compute at the same time, which layers' backward
+runs on two devices, and every Send/Recv pair's bytes and milliseconds.
+
+The MLP's gain grows with the batch: the weight gradient's trip back is fixed (16 MiB), the
+work it takes off the critical path grows with the rows. Where the heavy work is the first
+and last thing a step does, little can run beside it: on MLP 784-4096-64-64-10 (``dense_0``'s
+forward and weight gradient are most of the step) greedy gains less than 10%, mostly the 4 MiB
+activation and gradient the split sends.
 """
 
 from __future__ import annotations
@@ -55,11 +64,31 @@ PLACEMENTS = ("greedy", "balanced-params")
 
 
 @dataclass(frozen=True)
+class Case:
+    """A model to place: a preset, its data set, hidden widths (the MLP's) and batch."""
+
+    model: str
+    dataset: str
+    hidden: tuple[int, ...]
+    batch_size: int
+
+    @property
+    def label(self) -> str:
+        if self.model == "mlp":
+            return (
+                f"MLP {','.join(map(str, self.hidden))} on {self.dataset}, batch {self.batch_size}"
+            )
+        return f"{self.model.upper()} on {self.dataset}, batch {self.batch_size}"
+
+
+MLP = Case("mlp", "synthetic", (256, 2048, 2048, 256), 512)
+CNN = Case("cnn", "digits", (), 256)
+
+
+@dataclass(frozen=True)
 class PlacementSettings:
+    cases: tuple[Case, ...] = (MLP, CNN)
     devices: int = 2
-    dataset: str = "synthetic"
-    hidden: tuple[int, ...] = (256, 2048, 2048, 256)
-    batch_size: int = 512
     steps: int = 150
     repeats: int = 3
     seed: int = 0
@@ -80,14 +109,15 @@ def _empty_store() -> Iterator[None]:
                 os.environ[STORE_ENVIRONMENT] = before
 
 
-def _config(settings: PlacementSettings, placement: str) -> RunConfig:
+def _config(settings: PlacementSettings, case: Case, placement: str) -> RunConfig:
     return RunConfig(
         strategy="model-parallel",
         devices=settings.devices,
         placement=placement,
-        dataset=settings.dataset,
-        hidden=settings.hidden,
-        batch_size=settings.batch_size,
+        model=case.model,
+        dataset=case.dataset,
+        hidden=case.hidden or RunConfig().hidden,  # the CNN has no hidden widths
+        batch_size=case.batch_size,
         steps=settings.steps,
         lr_decay="none",
         dtype="float32",
@@ -96,8 +126,8 @@ def _config(settings: PlacementSettings, placement: str) -> RunConfig:
     )
 
 
-def _trial(settings: PlacementSettings, placement: str) -> dict[str, Any]:
-    config = _config(settings, placement)
+def _trial(settings: PlacementSettings, case: Case, placement: str) -> dict[str, Any]:
+    config = _config(settings, case, placement)
     with _empty_store():
         summary = run_training(config, progress=lambda line: None).summary
         # The plan the run used: built from the calibration the run just cached.
@@ -127,14 +157,14 @@ def _trial(settings: PlacementSettings, placement: str) -> dict[str, Any]:
     }
 
 
-def run_placement_suite(settings: PlacementSettings, progress: Progress) -> dict[str, Any]:
+def _compare(settings: PlacementSettings, case: Case, progress: Progress) -> dict[str, Any]:
     trials = []
     for index in range(settings.repeats):
         # Alternating, and each pair in the other order: greedy, balanced, balanced, greedy.
         order = PLACEMENTS if index % 2 == 0 else PLACEMENTS[::-1]
         for placement in order:
-            progress(f"{placement}: trial {index + 1}/{settings.repeats}, {settings.steps} steps")
-            trials.append({"trial": index, **_trial(settings, placement)})
+            progress(f"{case.label}, {placement}: trial {index + 1}/{settings.repeats}")
+            trials.append({"trial": index, **_trial(settings, case, placement)})
             row = trials[-1]
             progress(
                 f"  {row['step_ms']:.2f} ms/step (predicted {row['predicted_step_ms']:.2f}), "
@@ -163,9 +193,7 @@ def run_placement_suite(settings: PlacementSettings, progress: Progress) -> dict
         )
     ]
     return {
-        "suite": "placement",
-        "settings": {**asdict(settings), "model": "mlp", "dtype": "float32"},
-        "target_ratio": TARGET_RATIO,
+        "case": {**asdict(case), "label": case.label},
         "rows": rows,
         "trials": trials,
         "ratio": {**spread(per_trial), "of_medians": ratio},
@@ -173,12 +201,29 @@ def run_placement_suite(settings: PlacementSettings, progress: Progress) -> dict
     }
 
 
+def run_placement_suite(settings: PlacementSettings, progress: Progress) -> dict[str, Any]:
+    cases = [_compare(settings, case, progress) for case in settings.cases]
+    return {
+        "suite": "placement",
+        "settings": {**asdict(settings), "dtype": "float32", "optimizer": "momentum"},
+        "target_ratio": TARGET_RATIO,
+        "cases": cases,
+        "met": all(case["met"] for case in cases),
+    }
+
+
 def run_from_args(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
-    defaults = PlacementSettings()
+    mlp = Case(
+        "mlp",
+        MLP.dataset,
+        args.placement_hidden or MLP.hidden,
+        args.placement_batch or MLP.batch_size,
+    )
+    cnn = Case("cnn", CNN.dataset, (), args.placement_batch or CNN.batch_size)
+    chosen = {"mlp": mlp, "cnn": cnn}
     settings = PlacementSettings(
-        hidden=args.placement_hidden or defaults.hidden,
-        batch_size=args.placement_batch or defaults.batch_size,
-        steps=args.train_steps or defaults.steps,
+        cases=tuple(chosen[name] for name in args.placement_models),
+        steps=args.train_steps or PlacementSettings.steps,
         repeats=args.repeats,
         seed=args.seed,
     )
@@ -186,38 +231,43 @@ def run_from_args(args: argparse.Namespace, progress: Progress) -> dict[str, Any
 
 
 def render(result: dict[str, Any]) -> str:
-    settings, ratio = result["settings"], result["ratio"]
+    settings = result["settings"]
     lines = [
-        f"### placement: model-parallel on {settings['devices']} devices, MLP "
-        f"{','.join(map(str, settings['hidden']))} on {settings['dataset']}, batch "
-        f"{settings['batch_size']}",
+        f"### placement: model-parallel on {settings['devices']} devices, --placement greedy "
+        "vs balanced-params",
         "",
-        "| --placement | ms/step (median) | min - max | predicted ms/step | Send/Recv pairs | "
-        "bytes sent/step |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| model | --placement | ms/step (median) | min - max | predicted ms/step | "
+        "Send/Recv pairs | bytes sent/step |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for row in result["rows"]:
-        step = row["step_ms"]
+    for case in result["cases"]:
+        for row in case["rows"]:
+            step = row["step_ms"]
+            lines.append(
+                f"| {case['case']['label']} | {row['placement']} | {step['median']:.2f} | "
+                f"{step['min']:.2f} - {step['max']:.2f} | "
+                f"{row['predicted_step_ms']['median']:.2f} | "
+                f"{row['send_recv_pairs']['median']:.0f} | "
+                f"{row['bytes_sent_per_step']['median']:,.0f} |"
+            )
+    lines.append("")
+    for case in result["cases"]:
+        ratio = case["ratio"]
+        verdict = "met" if case["met"] else "NOT met"
         lines.append(
-            f"| {row['placement']} | {step['median']:.2f} | {step['min']:.2f} - "
-            f"{step['max']:.2f} | {row['predicted_step_ms']['median']:.2f} | "
-            f"{row['send_recv_pairs']['median']:.0f} | "
-            f"{row['bytes_sent_per_step']['median']:,.0f} |"
+            f"- {case['case']['label']}: greedy / balanced-params step time "
+            f"**{ratio['of_medians']:.3f}** (medians; per trial pair {ratio['min']:.3f} - "
+            f"{ratio['max']:.3f}); target <= {result['target_ratio']:g}: {verdict}"
         )
-    verdict = "met" if result["met"] else "NOT met"
-    lines += [
-        "",
-        f"- greedy / balanced-params step time: **{ratio['of_medians']:.3f}** (medians; per "
-        f"trial pair {ratio['min']:.3f} - {ratio['max']:.3f}); target <= "
-        f"{result['target_ratio']:g}: {verdict}",
+        for trial in case["trials"][:2]:
+            moved = ", ".join(
+                f"{t['key'].split('->')[0]} {t['bytes']:,} B ({t['predicted_ms']:.2f} ms)"
+                for t in trial["largest_transfers"]
+            )
+            lines.append(f"  - {trial['placement']}'s largest Send/Recv pairs: {moved or 'none'}")
+    lines.append(
         f"- method: {settings['repeats']} trials of {settings['steps']} steps per placement, "
         "alternating; step time = global batch / the summary's steady samples/s; each run "
-        "measures its own costs (an empty run store); predictions from the plan the run used",
-    ]
-    for trial in result["trials"][:2]:
-        moved = ", ".join(
-            f"{t['key'].split('->')[0]} {t['bytes']:,} B ({t['predicted_ms']:.2f} ms)"
-            for t in trial["largest_transfers"]
-        )
-        lines.append(f"- {trial['placement']}'s largest Send/Recv pairs: {moved or 'none'}")
+        "measures its own costs (an empty run store); predictions from the plan the run used"
+    )
     return "\n".join(lines)
