@@ -22,7 +22,10 @@ class EveryNodeOneMillisecond:
         return 0.0 if node.op == "variable" else NODE
 
 
-def costs(link=Link(0.0, math.inf), overhead=0.0, dispatch=0.0) -> DeviceCosts:
+FREE = Link(0.0, math.inf)
+
+
+def costs(link=FREE, overhead=0.0, dispatch=0.0) -> DeviceCosts:
     return DeviceCosts(
         cost_model=EveryNodeOneMillisecond(),
         peer_links={},
