@@ -135,6 +135,11 @@ MALFORMED = [
     ("panel now", None, ["panel", "no arguments"]),
     ("compare --devices 2", None, ["compare", "name the strategies first"]),
     ("plan --what-if-cluster dgx-h900", None, ["plan", "--what-if-cluster", "dgx-h900"]),
+    (
+        "--strategy model-parallel --devices 2 --placement random",
+        None,
+        ["--placement", "'random'", "greedy", "balanced-params", "manual"],
+    ),
     ("plan --strategy one-device", None, ["plan", "--strategy", "model-parallel"]),
     ("list", "x = 1", ["list", "takes no cell"]),
     ("--steps 3", "", ["cell body is empty"]),  # IPython's own check

@@ -48,7 +48,7 @@ def what_if_batch_sizes(batch_size: int, devices: int) -> list[int]:
     Examples
     --------
     >>> what_if_batch_sizes(256, 2)
-    [16, 32, 64, 128, 256]
+    [32, 64, 128, 256]
     """
     sizes = {batch_size, batch_size // devices}
     sizes |= {batch_size // m for m in MICROBATCH_CHOICES}

@@ -83,7 +83,9 @@ def step_programs(
         raise PlanningError(f"--compression {config.compression}: not predicted yet")
     bucket_bytes = int(config.options.get("bucket_mb", DEFAULT_BUCKET_BYTES / 2**20) * 2**20)
     if name == "mirrored":
-        algorithm = config.allreduce if config.allreduce != "auto" else "ring"
+        # ``auto`` is the ring on CPUs; NCCL's all-reduce is a ring too (its large-message
+        # algorithm within a host), over the links calibration measured.
+        algorithm = "ring" if config.allreduce in ("auto", "nccl") else config.allreduce
         groups = None
         if algorithm == "hierarchical-copy" and costs.cluster is not None:
             groups = costs.cluster.hosts_of(devices)  # a described cluster's hosts
