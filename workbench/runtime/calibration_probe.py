@@ -21,6 +21,7 @@ import numpy as np
 from workbench.costs.calibration import Calibration, fit_link, link_key
 from workbench.costs.op_costs import op_signature
 from workbench.ir import Executable, Graph
+from workbench.optim import make_optimizer
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.device_arrays import DeviceArrays
 
@@ -31,9 +32,14 @@ TRANSFER_SIZES = (1 << 10, 1 << 18, 1 << 21, 1 << 23)
 ADD_BYTES = 1 << 22
 
 
+# The optimizer whose slots an update op reads: its ``slots`` says their shapes and dtypes
+# (Adam's step count is a scalar, not shaped like its variable).
+_OPTIMIZER_OF_UPDATE = {"apply_sgd": "sgd", "apply_momentum": "momentum", "apply_adam": "adam"}
+
+
 class _SlotStore(dict):
-    """A variable store that makes an optimizer slot on first use, shaped like its variable:
-    a timed step needs the slots but not their values."""
+    """A variable store that makes a slot no update op declared on first use, shaped like its
+    variable: a timed step needs the slots but not their values."""
 
     def __missing__(self, key: str) -> Any:
         variable = key.rsplit("/", 1)[0]
@@ -61,6 +67,12 @@ def _feeds_and_state(graph: Graph, device: DeviceArrays) -> tuple[dict, dict]:
             feeds[node.name] = value
         else:
             state[node.attrs["var"]] = value
+    for node in graph.nodes:
+        if node.op in _OPTIMIZER_OF_UPDATE:
+            kind = graph.type_of(node.inputs[0])
+            optimizer = make_optimizer(_OPTIMIZER_OF_UPDATE[node.op])
+            slots = optimizer.slots(node.attrs["var"], np.zeros(kind.shape, kind.dtype))
+            state.update({name: device.to_device(value) for name, value in slots.items()})
     return feeds, state
 
 
