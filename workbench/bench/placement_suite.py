@@ -264,7 +264,7 @@ def render(result: dict[str, Any]) -> str:
                 f"{t['key'].split('->')[0]} {t['bytes']:,} B ({t['predicted_ms']:.2f} ms)"
                 for t in trial["largest_transfers"]
             )
-            lines.append(f"  - {trial['placement']}'s largest Send/Recv pairs: {moved or 'none'}")
+            lines.append(f"  - largest Send/Recv pairs, {trial['placement']}: {moved or 'none'}")
     lines.append(
         f"- method: {settings['repeats']} trials of {settings['steps']} steps per placement, "
         "alternating; step time = global batch / the summary's steady samples/s; each run "

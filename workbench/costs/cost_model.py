@@ -94,7 +94,19 @@ class CalibratedCostModel:
 
     def is_measured(self, graph: Graph, node: Node) -> bool:
         """Whether ``node``'s signature was timed on some device (else its time is scaled
-        from a measured FLOP rate, or the static estimate)."""
+        from a measured FLOP rate, or the static estimate).
+
+        Examples
+        --------
+        >>> from workbench.ir import GraphBuilder, ops
+        >>> b = GraphBuilder()
+        >>> x = b.placeholder("x", (4,), "float32")
+        >>> graph = b.build({"y": ops.relu(x)})
+        >>> timed = Calibration("sig", ("a",), {"a": {"relu(4:float32)": 1e-6}})
+        >>> model, relu = CalibratedCostModel(timed), graph.nodes[-1]
+        >>> model.is_measured(graph, relu), model.node_seconds(graph, relu, "b")
+        (True, 1e-06)
+        """
         return op_signature(graph, node) in self._any_device
 
     def describe(self) -> str:

@@ -46,7 +46,22 @@ class Schedule:
 
 
 class Timeline:
-    """The devices' clocks while nodes are committed to them in graph order."""
+    """The devices' clocks while nodes are committed to them in graph order.
+
+    Examples
+    --------
+    >>> from workbench.costs import StaticCostModel
+    >>> from workbench.ir import GraphBuilder, ops
+    >>> b = GraphBuilder()
+    >>> x = b.placeholder("x", (1000, 1000), "float32")
+    >>> graph = b.build({"y": ops.matmul(x, x)})
+    >>> timeline = Timeline(graph, ["a", "b"], StaticCostModel(1e9), fed_everywhere=["x"])
+    >>> [timeline.finish_at(graph.nodes[1], d) for d in ("a", "b")]
+    [2.0, 2.0]
+    >>> timeline.commit(graph.nodes[0], "a"); timeline.commit(graph.nodes[1], "a")
+    >>> timeline.finish_at(graph.nodes[1], "a"), timeline.schedule().busy
+    (4.0, {'a': 2.0, 'b': 0.0})
+    """
 
     def __init__(
         self,

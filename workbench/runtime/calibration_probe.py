@@ -40,7 +40,8 @@ ADD_BYTES = 1 << 22
 WIRES = ("peer", "rpc", "ring")
 
 
-# The optimizer whose slots an update op reads (the slots' shapes, not their values, matter).
+# The optimizer whose slots an update op reads: its ``slots`` says their shapes and dtypes
+# (Adam's step count is a scalar, not shaped like its variable).
 _OPTIMIZER_OF_UPDATE = {"apply_sgd": "sgd", "apply_momentum": "momentum", "apply_adam": "adam"}
 
 
@@ -64,10 +65,10 @@ def _feeds_and_state(graph: Graph, device: DeviceArrays) -> tuple[dict, dict]:
         else:
             state[node.attrs["var"]] = value
     for node in graph.nodes:
-        optimizer = _OPTIMIZER_OF_UPDATE.get(node.op)
-        if optimizer is not None:
-            variable = node.attrs["var"]
-            slots = make_optimizer(optimizer).slots(variable, device.to_host(state[variable]))
+        if node.op in _OPTIMIZER_OF_UPDATE:
+            kind = graph.type_of(node.inputs[0])
+            optimizer = make_optimizer(_OPTIMIZER_OF_UPDATE[node.op])
+            slots = optimizer.slots(node.attrs["var"], np.zeros(kind.shape, kind.dtype))
             state.update({name: device.to_device(value) for name, value in slots.items()})
     return feeds, state
 

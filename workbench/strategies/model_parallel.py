@@ -56,7 +56,7 @@ class ModelParallel(ClusterStrategy):
                 "--placement",
                 "manual places the layers where the model's device constraints put them, and "
                 "no layer has one: build the layers inside `with workbench.device('/task:N'):` "
-                "(or pass device= to them), or use --placement greedy or balanced-params",
+                "(or set their .device), or use --placement greedy or balanced-params",
             )
         kind = "gpu" if config.device_type == "gpu" else "cpu"
         for layer in constrained:

@@ -39,7 +39,15 @@ def cached_local_calibration(
     device_type: str, device_names: Sequence[str], store: RunStore | None = None
 ) -> Calibration | None:
     """What the run store has cached for the local cluster a run on these devices starts
-    (every worker on 127.0.0.1), or None: the costs a plan can show before any cluster."""
+    (every worker on 127.0.0.1), or None: the costs a plan can show before any cluster.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as root:
+    ...     print(cached_local_calibration("cpu", ["/task:0", "/task:1"], RunStore(root)))
+    None
+    """
     hosts = ["127.0.0.1"] * len(device_names)
     text = (store or RunStore()).load_calibration(
         cluster_signature(device_type, device_names, hosts)

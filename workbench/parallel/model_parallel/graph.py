@@ -74,8 +74,8 @@ class Prediction:
             f"  step {step:.2f} ms: when the last node finishes, each device running its nodes "
             "in order and waiting for its Recvs",
             f"  {work:.2f} ms of work in a {step:.2f} ms step: the devices compute at the same "
-            f"time for {max(0.0, work - step):.2f} ms; {len(self.transfer_seconds)} Send/Recv "
-            f"pairs take {moved:.2f} ms",
+            f"time for at least {max(0.0, work - step):.2f} ms; {len(self.transfer_seconds)} "
+            f"Send/Recv pairs take {moved:.2f} ms",
         ]
         return lines
 
@@ -172,13 +172,21 @@ def build_model_parallel_graph(
     split = {
         name: on for name, on in backward.items() if name in on_layer and on != (on_layer[name],)
     }
-    prediction = predict(placed, partitioned, cost, cost_source or _describe(cost))
+    source = cost_source or _describe(cost)
+    if isinstance(cost, CalibratedCostModel):
+        timed = [n for n in placed.nodes if n.op not in ("placeholder", "constant")]
+        measured = sum(cost.is_measured(placed, n) for n in timed)
+        source += (
+            f"; {measured} of {len(timed)} nodes timed at these shapes, the rest scaled from "
+            "measured FLOP rates"
+        )
+    prediction = _predict(placed, partitioned, cost, source)
     return ModelParallelPlan(
         placed, partitioned, layer_devices, prediction=prediction, backward_devices=split
     )
 
 
-def predict(placed: Graph, partitioned: Partitioned, cost: CostModel, source: str) -> Prediction:
+def _predict(placed: Graph, partitioned: Partitioned, cost: CostModel, source: str) -> Prediction:
     """What ``cost`` predicts for a placed and partitioned model-parallel graph."""
     devices = list(partitioned.partitions)
     seconds = {
