@@ -81,6 +81,11 @@ MALFORMED = [
     ("--strategy pipeline --devices 2 --microbatches 0", None, ["--microbatches"]),
     ("--strategy hybrid --devices 4 --stages 0", None, ["--stages"]),
     ("--schedule zigzag", None, ["--schedule", "gpipe", "1f1b"]),
+    (
+        "--strategy model-parallel --placement random",
+        None,
+        ["--placement", "greedy", "balanced-params", "manual"],
+    ),
     ("--device-type tpu", None, ["--device-type", "cpu", "gpu"]),
     ("--protocol udp", None, ["--protocol", "tcp", "ucx"]),
     (
