@@ -3,11 +3,16 @@
 # mode with its test, development and benchmark extras. Run from the repository root.
 set -euo pipefail
 cd "$(dirname "$0")"
-# Debian's chromium, for the UI tests and JupyterLab's browser check (no browser is downloaded).
-if ! command -v chromium >/dev/null; then
+# Debian's chromium, for the UI tests and JupyterLab's browser check (no browser is downloaded);
+# iproute2 (ip, tc), for the emulated hosts of the multi-host tests and `dtrain bench hosts`.
+packages=""
+command -v chromium >/dev/null || packages="$packages chromium"
+{ command -v ip >/dev/null && command -v tc >/dev/null; } || packages="$packages iproute2"
+if [ -n "$packages" ]; then
   as_root=$([ "$(id -u)" -eq 0 ] || echo sudo)
   $as_root apt-get update -qq
-  $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  # shellcheck disable=SC2086  # one word per package
+  $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $packages >/dev/null
 fi
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip

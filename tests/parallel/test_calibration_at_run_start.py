@@ -54,8 +54,9 @@ def test_no_calibrate_measures_nothing_and_predicts_nothing_without_a_cache(stor
 def test_every_node_of_a_training_step_is_timed_at_its_shapes():
     model = build_model("mlp", (32,), 4, (16,))
     graph = build_training_graph(model, make_optimizer("adam"), 8, "float32").graph
-    times, overhead = time_graph_nodes(graph, repeats=2)
-    assert overhead >= 0
+    timing = time_graph_nodes(graph, repeats=2)
+    times = timing.node_seconds
+    assert timing.overhead_seconds >= 0 and timing.variation >= 0 and timing.median_seconds > 0
     assert any(signature.startswith("matmul(8x32:float32,32x16") for signature in times)
     assert any(signature.startswith("apply_adam(") for signature in times)
     assert all(seconds >= 0 for seconds in times.values())

@@ -21,6 +21,7 @@ from workbench.bench import (
     compression_suite,
     ddp_suite,
     faults_suite,
+    hosts_suite,
     nccl_suite,
     overhead_suite,
     placement_suite,
@@ -179,6 +180,13 @@ SUITES: dict[str, Suite] = {
         planner_suite.run_from_args,
         planner_suite.render,
     ),
+    "hosts": Suite(
+        "hosts",
+        "the planner's prediction across a rate-limited link: 2 emulated hosts x 2 workers "
+        "(network namespaces, root), multi-worker-mirrored and a flat ring",
+        hosts_suite.run_from_args,
+        hosts_suite.render,
+    ),
     "compression": Suite(
         "compression",
         "--compression none, fp16, bf16, topk:0.01, powersgd:2: accuracy and gradient bytes",
@@ -332,6 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=_planner_models,
         default=None,
         help="planner: models to predict and run (mlp,cnn)",
+    )
+    distributed.add_argument(
+        "--link-rate",
+        default="1gbit",
+        help="hosts: the emulated hosts' link rate, as tc writes it (1gbit, 200mbit)",
     )
     placement = parser.add_argument_group("placement suite (also --train-steps, --repeats, --seed)")
     placement.add_argument(

@@ -4,19 +4,25 @@ Every configuration the issue of record names (one-device; mirrored with each al
 central storage; parameter servers, sync, 1 and 2 shards; model parallel; pipeline, GPipe and
 1F1B; all but one-device on 2 devices) trains the reference MLP (784-512-512-10 on
 ``synthetic``) and the CNN on ``digits``, global batch 256, with ``run_training`` exactly as
-``dtrain run`` does. Each run calibrates at start (from the run store's cache after the first),
-and its summary carries both figures: ``predicted_step_ms``, simulated from that calibration
-before any step ran, and ``measured_step_ms``, the steady-state step (warm-up excluded). A
-configuration's figures are medians over ``repeats`` runs, the configurations alternating so
-each sees the same machine. Targets: within 15% for at least 80% of the configurations, within
-30% for all. A second table times the planner itself on described clusters (the what-if table
-of the reference MLP on 1 to 512 DGX-H100 hosts).
+``dtrain run`` does. Each run calibrates afresh at its start, as the first run on a cluster
+does (each has a run store of its own, so nothing is cached): its prediction and its
+measurement see the machine as it was then (a shared machine's speed drifts by 10-20% over
+minutes, which a calibration cached from an earlier run would turn into error). Its summary
+carries both figures: ``predicted_step_ms``, simulated from that calibration before any step
+ran, and ``measured_step_ms``, the steady-state step (warm-up excluded). A configuration's
+figures are medians over ``repeats`` runs, the configurations alternating so each sees the same
+machine. Targets: within 15% for at least 80% of the configurations, within 30% for all. A
+second table times the planner itself on described clusters (the what-if table of the reference
+MLP on 1 to 512 DGX-H100 hosts).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,6 +34,7 @@ from workbench.optim import make_optimizer
 from workbench.planner.device_costs import described_costs
 from workbench.planner.what_if import what_if
 from workbench.simulate import PRESETS
+from workbench.store.run_store import STORE_ENVIRONMENT
 
 CLOSE, FAR, SHARE_CLOSE = 0.15, 0.30, 0.80
 MODELS = {
@@ -71,8 +78,24 @@ def _run(settings: PlannerSettings, model: str, configuration: dict) -> dict[str
         seed=settings.seed,
         device_type="cpu",
     )
-    summary = run_training(config, progress=lambda line: None).summary
+    with own_run_store():
+        summary = run_training(config, progress=lambda line: None).summary
     return {"predicted": summary["predicted_step_ms"], "measured": summary["measured_step_ms"]}
+
+
+@contextmanager
+def own_run_store():
+    """A run store of its own for one run (nothing cached: the run calibrates afresh)."""
+    previous = os.environ.get(STORE_ENVIRONMENT)
+    with tempfile.TemporaryDirectory(prefix="dtrain-planner-") as folder:
+        os.environ[STORE_ENVIRONMENT] = folder
+        try:
+            yield
+        finally:
+            if previous is None:
+                os.environ.pop(STORE_ENVIRONMENT, None)
+            else:
+                os.environ[STORE_ENVIRONMENT] = previous
 
 
 def run_planner_suite(settings: PlannerSettings, progress: Progress) -> dict[str, Any]:

@@ -8,7 +8,12 @@ under, live here too.
 
 from workbench.costs.calibration import Calibration, LinkFit, fit_link, link_key
 from workbench.costs.cost_model import CalibratedCostModel, CostModel, StaticCostModel
-from workbench.costs.op_costs import estimate_bytes, estimate_flops, op_signature
+from workbench.costs.op_costs import (
+    estimate_bytes,
+    estimate_flops,
+    graph_signature,
+    op_signature,
+)
 
 __all__ = [
     "CalibratedCostModel",
@@ -19,6 +24,7 @@ __all__ = [
     "estimate_bytes",
     "estimate_flops",
     "fit_link",
+    "graph_signature",
     "link_key",
     "op_signature",
 ]

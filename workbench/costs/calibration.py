@@ -10,7 +10,10 @@
 - ``dispatch_seconds``: one round of Dask tasks, one per device, submitted and gathered (what
   the client pays per dispatched chunk of steps);
 - ``step_overhead_seconds[device]``: what a step costs beyond its nodes (feeding the batch,
-  recording events), measured as a timed step minus the sum of its timed nodes.
+  recording events), measured as a timed step minus the sum of its timed nodes;
+- ``step_variation[device][graph]``: a whole run of a graph
+  (:func:`workbench.costs.op_costs.graph_signature`): its spread over its median (synchronous
+  replicas each wait for the slowest).
 
 The measuring is done by :mod:`workbench.runtime.calibration_probe`; this module fits, merges
 and stores, and is tested with literal numbers.
@@ -88,12 +91,16 @@ class Calibration:
     link_sizes: tuple[int, ...] = ()
     add_bytes_per_second: dict[str, float] = field(default_factory=dict)
     step_overhead_seconds: dict[str, float] = field(default_factory=dict)
+    step_variation: dict[str, dict[str, float]] = field(default_factory=dict)
     dispatch_seconds: float = 0.0
     measured_seconds: float = 0.0  # what measuring cost, summed over calibrations merged
     # Which host each device is on and how many cores each host gives its processes: devices
     # of one CPU host share them (a step's compute stretches when processes outnumber cores).
     device_hosts: dict[str, str] = field(default_factory=dict)
     host_cores: dict[str, float] = field(default_factory=dict)
+    # Each device's network address (a Dask worker's host): what groups devices by host for a
+    # hierarchical all-reduce (several addresses may share one machine's cores).
+    device_addresses: dict[str, str] = field(default_factory=dict)
 
     def missing_signatures(self, device: str, signatures: Sequence[str]) -> list[str]:
         """The signatures ``device`` has no time for yet (what a cached calibration still
@@ -111,21 +118,20 @@ class Calibration:
 
     def merged(self, newer: Calibration) -> Calibration:
         """This calibration with ``newer``'s measurements added (``newer`` wins on overlap)."""
-        op_seconds = {device: dict(times) for device, times in self.op_seconds.items()}
-        for device, times in newer.op_seconds.items():
-            op_seconds.setdefault(device, {}).update(times)
         return Calibration(
             signature=self.signature,
             devices=tuple(dict.fromkeys((*self.devices, *newer.devices))),
-            op_seconds=op_seconds,
+            op_seconds=_merged_per_device(self.op_seconds, newer.op_seconds),
             links={**self.links, **newer.links},
             link_sizes=newer.link_sizes if newer.links else self.link_sizes,
             add_bytes_per_second={**self.add_bytes_per_second, **newer.add_bytes_per_second},
             step_overhead_seconds={**self.step_overhead_seconds, **newer.step_overhead_seconds},
+            step_variation=_merged_per_device(self.step_variation, newer.step_variation),
             dispatch_seconds=newer.dispatch_seconds or self.dispatch_seconds,
             measured_seconds=self.measured_seconds + newer.measured_seconds,
             device_hosts={**self.device_hosts, **newer.device_hosts},
             host_cores={**self.host_cores, **newer.host_cores},
+            device_addresses={**self.device_addresses, **newer.device_addresses},
         )
 
     def to_json(self) -> str:
@@ -138,10 +144,12 @@ class Calibration:
                 "link_sizes": list(self.link_sizes),
                 "add_bytes_per_second": self.add_bytes_per_second,
                 "step_overhead_seconds": self.step_overhead_seconds,
+                "step_variation": self.step_variation,
                 "dispatch_seconds": self.dispatch_seconds,
                 "measured_seconds": self.measured_seconds,
                 "device_hosts": self.device_hosts,
                 "host_cores": self.host_cores,
+                "device_addresses": self.device_addresses,
             },
             indent=1,
             sort_keys=True,
@@ -165,8 +173,17 @@ class Calibration:
             link_sizes=tuple(data.get("link_sizes", ())),
             add_bytes_per_second=dict(data["add_bytes_per_second"]),
             step_overhead_seconds=dict(data.get("step_overhead_seconds", {})),
+            step_variation={d: dict(v) for d, v in data.get("step_variation", {}).items()},
             dispatch_seconds=float(data["dispatch_seconds"]),
             measured_seconds=float(data.get("measured_seconds", 0.0)),
             device_hosts=dict(data.get("device_hosts", {})),
             host_cores={host: float(cores) for host, cores in data.get("host_cores", {}).items()},
+            device_addresses=dict(data.get("device_addresses", {})),
         )
+
+
+def _merged_per_device(older: Mapping, newer: Mapping) -> dict[str, dict[str, float]]:
+    merged = {device: dict(values) for device, values in older.items()}
+    for device, values in newer.items():
+        merged.setdefault(device, {}).update(values)
+    return merged

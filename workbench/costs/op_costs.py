@@ -7,6 +7,8 @@ two towers, one layer's update on every replica) cost the same on the same devic
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from workbench.ir.graph import Graph, Node
@@ -72,3 +74,19 @@ def op_signature(graph: Graph, node: Node) -> str:
         if name not in _IGNORED_ATTRIBUTES and isinstance(value, (bool, int, float, str, tuple))
     )
     return f"{node.op}({shapes})" + (f"[{attributes}]" if attributes else "")
+
+
+def graph_signature(graph: Graph) -> str:
+    """The key a whole graph's measured spread is stored under: its nodes' signatures, in
+    order, hashed (the same model at the same batch on any device has the same one).
+
+    Examples
+    --------
+    >>> from workbench.ir import GraphBuilder, ops
+    >>> b = GraphBuilder()
+    >>> x = b.placeholder("x", (4, 3), "float32")
+    >>> len(graph_signature(b.build({"y": ops.relu(x)})))
+    16
+    """
+    text = ";".join(op_signature(graph, node) for node in graph.nodes)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

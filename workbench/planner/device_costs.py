@@ -23,6 +23,7 @@ from workbench.costs import (
     StaticCostModel,
     estimate_bytes,
     estimate_flops,
+    graph_signature,
 )
 from workbench.ir import Graph, Node
 from workbench.parallel.step_loop import STEPS_PER_TASK
@@ -52,6 +53,11 @@ class DeviceCosts:
     host_cores: dict[str, float] = field(default_factory=dict)
     device_hosts: dict[str, str] = field(default_factory=dict)
     ring_links: dict[tuple[str, str], Link] = field(default_factory=dict)
+    # Each graph's (by graph_signature) spread over its median, the median over the devices
+    # that ran it (none: steps take the same time every time, as a described cluster's are
+    # taken to).
+    step_variations: dict[str, float] = field(default_factory=dict)
+    device_addresses: dict[str, str] = field(default_factory=dict)  # measured devices' workers
     # Node times asked again (the same graph on every replica): answered once. A described
     # cluster's devices are alike, so its answers are shared by every device.
     _known: dict = field(default_factory=dict, compare=False, repr=False)
@@ -65,6 +71,10 @@ class DeviceCosts:
                 self._graphs.append(graph)
             seconds = self._known[key] = self.cost_model.node_seconds(graph, node, device)
         return seconds
+
+    def variation(self, graph: Graph) -> float:
+        """How much a run of ``graph`` varies (spread over median): measured, else 0."""
+        return self.step_variations.get(graph_signature(graph), 0.0)
 
     def host_of(self, device: str) -> str:
         """A device's host; a device calibration did not see (a parameter-server task on a
@@ -86,6 +96,8 @@ class DeviceCosts:
         if self.cluster is not None:
             return self.cluster.link(source, destination)
         return self.ring_links.get((source, destination)) or self.peer_link(source, destination)
+
+
 
     def rpc_link(self, source: str, destination: str) -> Link:
         if self.cluster is not None:
@@ -120,6 +132,27 @@ def _links(calibration: Calibration, wire: str) -> dict[tuple[str, str], Link]:
     return found
 
 
+def _one_network_host(calibration: Calibration) -> bool:
+    """Whether the devices' workers share one address. A ring shift's time is its rank's
+    send and receive together: inside a host both are copies competing for its cores, which is
+    what the shifts measure; in a ring across hosts every rank sends or receives over the
+    network, so each shift would charge the network's time to the host's own links too.
+    There the pairs' own measured links are the truth."""
+    hosts = {
+        address.split("://")[-1].rsplit(":", 1)[0]
+        for address in calibration.device_addresses.values()
+    }
+    return len(hosts) <= 1
+
+
+def _median_per_graph(per_device: dict[str, dict[str, float]]) -> dict[str, float]:
+    values: dict[str, list[float]] = {}
+    for graphs in per_device.values():
+        for graph, value in graphs.items():
+            values.setdefault(graph, []).append(value)
+    return {graph: median(found) for graph, found in values.items()}
+
+
 def _median_link(links: dict[tuple[str, str], Link], fallback: Link) -> Link:
     if not links:
         return fallback
@@ -150,7 +183,9 @@ def measured_costs(calibration: Calibration) -> DeviceCosts:
         source="calibrated",
         host_cores=dict(calibration.host_cores) if cpu else {},
         device_hosts=dict(calibration.device_hosts),
-        ring_links=_links(calibration, "ring"),
+        ring_links=_links(calibration, "ring") if _one_network_host(calibration) else {},
+        step_variations=_median_per_graph(calibration.step_variation),
+        device_addresses=dict(calibration.device_addresses),
     )
 
 

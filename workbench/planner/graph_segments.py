@@ -28,9 +28,11 @@ def node_actions(
     after_node: Callable[[Node], Iterable[Action]],
     phase_of: Callable[[Node], str] = lambda node: "compute",
     label: str = "compute",
+    stretch: float = 1.0,
 ) -> list[Action]:
     """Compute actions for ``graph``'s nodes in order, merged into one action per run of
-    nodes of one phase, with ``after_node(node)``'s actions cut in after each node."""
+    nodes of one phase, with ``after_node(node)``'s actions cut in after each node; each
+    node's seconds times ``stretch`` (a synchronous replica's wait for the slowest)."""
     actions: list[Action] = []
     pending, pending_phase = 0.0, "compute"
 
@@ -48,7 +50,7 @@ def node_actions(
             flush()
             pending_phase = phase
         if node.op not in TRANSFER_OPS:
-            pending += costs.node_seconds(graph, node, device)
+            pending += costs.node_seconds(graph, node, device) * stretch
         extra = list(after_node(node))
         if extra:
             flush()

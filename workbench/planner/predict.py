@@ -33,6 +33,7 @@ from workbench.strategies.cluster_strategy import ClusterStrategy
 PREDICTED_STRATEGIES = (
     "one-device",
     "mirrored",
+    "multi-worker-mirrored",
     "central-storage",
     "parameter-server",
     "model-parallel",
@@ -77,21 +78,24 @@ def step_programs(
     if name == "one-device":
         return one_device_step(model, optimizer, batch, dtype, devices[0], costs)
     if (
-        name in ("mirrored", "central-storage")
+        name in ("mirrored", "multi-worker-mirrored", "central-storage")
         and config.options.get("compression", "none") != "none"
     ):
         raise PlanningError(f"--compression {config.compression}: not predicted yet")
     bucket_bytes = int(config.options.get("bucket_mb", DEFAULT_BUCKET_BYTES / 2**20) * 2**20)
-    if name == "mirrored":
+    if name in ("mirrored", "multi-worker-mirrored"):
         # ``auto`` is the ring on CPUs; NCCL's all-reduce is a ring too (its large-message
         # algorithm within a host), over the links calibration measured.
-        algorithm = "ring" if config.allreduce in ("auto", "nccl") else config.allreduce
+        algorithm = STRATEGIES[name].algorithm(config, "cpu")
+        algorithm = "ring" if algorithm == "nccl" else algorithm
         groups = None
         if algorithm == "hierarchical-copy" and costs.cluster is not None:
             groups = costs.cluster.hosts_of(devices)  # a described cluster's hosts
         elif algorithm == "hierarchical-copy":
-            # One local host: the strategy's even groups, as its run forms them.
-            ranks = STRATEGIES[name].groups(config, ["127.0.0.1:0"] * len(devices))
+            # The groups the run forms: by the workers' hosts (the even groups the strategy
+            # asks for when they share one).
+            addresses = [costs.device_addresses.get(device, "127.0.0.1:0") for device in devices]
+            ranks = STRATEGIES[name].groups(config, addresses)
             groups = [[devices[rank] for rank in group] for group in ranks]
         return mirrored_step(
             model, optimizer, batch, dtype, devices, costs, algorithm, groups, bucket_bytes

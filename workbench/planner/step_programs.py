@@ -23,6 +23,7 @@ from workbench.parallel.pipeline.schedules import make_schedule
 from workbench.parallel.pipeline.stages import build_stage_graphs, split_layers
 from workbench.planner.device_costs import DeviceCosts
 from workbench.planner.graph_segments import graph_seconds, node_actions
+from workbench.planner.stragglers import straggler_factor
 from workbench.simulate import (
     Action,
     Compute,
@@ -99,8 +100,8 @@ def mirrored_step(
             order.append(index)
             return [Signal(f"bucket{index}")]
 
-        actions = node_actions(graph, costs, device, bucket_ready)
-        programs[device] = actions
+        stretch = straggler_factor(costs.variation(graph), replicas)
+        programs[device] = node_actions(graph, costs, device, bucket_ready, stretch=stretch)
     communication: dict[str, list[Action]] = {device: [] for device in devices}
     for index in order:
         nbytes = buckets[index].size * itemsize
@@ -152,8 +153,12 @@ def central_storage_step(
         "central",
         update_seconds=graph_seconds(update, costs, devices[0]),
     )
+    stretch = straggler_factor(costs.variation(graph), replicas)
     programs = {
-        device: [*node_actions(graph, costs, device, lambda node: ()), *exchange[device]]
+        device: [
+            *node_actions(graph, costs, device, lambda node: (), stretch=stretch),
+            *exchange[device],
+        ]
         for device in devices
     }
     return StepPrograms(programs, costs.peer_link)
@@ -195,7 +200,8 @@ def parameter_server_step(
                 Recv(shard, f"pull/{worker}", phase="ps-pull"),
                 unpack(shard, worker, nbytes, "ps-pull"),
             ]
-        programs[worker] += node_actions(graph, costs, worker, lambda node: ())
+        stretch = straggler_factor(costs.variation(graph), len(workers))
+        programs[worker] += node_actions(graph, costs, worker, lambda node: (), stretch=stretch)
         for shard, nbytes in zip(shards, shard_bytes):
             programs[worker] += [
                 Send(shard, nbytes, f"push/{worker}", phase="ps-push"),

@@ -15,12 +15,13 @@ import platform
 import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from workbench.costs.calibration import Calibration, fit_link, link_key
-from workbench.costs.op_costs import op_signature
+from workbench.costs.op_costs import graph_signature, op_signature
 from workbench.ir import Executable, Graph
 from workbench.optim import make_optimizer
 from workbench.runtime.cluster import ClusterSession
@@ -34,6 +35,13 @@ from workbench.runtime.worker_service import device_service
 # while an 8 MiB tensor (a model-parallel activation) crossed at 6 GB/s and 32 MiB at 3.2.
 TRANSFER_SIZES = (1 << 10, 1 << 18, 1 << 21, 1 << 23)
 ADD_BYTES = 1 << 22
+# Bumped when what is measured, or how, changes: a cached calibration of another format is
+# measured again.
+CALIBRATION_FORMAT = "3"
+# Timing a graph: at most this many repeats, within this many seconds of each device's time
+# per graph (a step of the reference MLP takes a few milliseconds: about twenty repeats).
+MAX_REPEATS = 30
+GRAPH_BUDGET_SECONDS = 0.12
 # How tensors travel between devices, each timed on its own: ``peer`` (one-way Send/Recv over
 # the shared-memory channels or Dask's comms), ``rpc`` (Dask RPCs, as parameter servers are
 # called) and ``ring`` (every device sending right while receiving from the left).
@@ -90,20 +98,38 @@ class _NodeClock:
         self.last = now
 
 
+@dataclass(frozen=True)
+class GraphTiming:
+    """What timing one graph found on one device.
+
+    ``node_seconds``: each node signature's median time; ``overhead_seconds``: a whole run's
+    median beyond its nodes (dispatch in the interpreter, releasing buffers); ``variation``:
+    the whole run's spread over its median (what synchronous replicas wait for: the slowest
+    of them, :mod:`workbench.planner.stragglers`)."""
+
+    node_seconds: dict[str, float]
+    overhead_seconds: float
+    variation: float
+    median_seconds: float
+
+
 def time_graph_nodes(
-    graph: Graph, repeats: int = 5, device: DeviceArrays | None = None
-) -> tuple[dict[str, float], float]:
-    """Median seconds of each node signature over ``repeats`` timed runs (after one untimed),
-    and the median seconds of a whole untimed-hook run minus the sum of its nodes: the step's
-    cost beyond its nodes (dispatch in the interpreter, releasing buffers).
+    graph: Graph,
+    repeats: int = 5,
+    device: DeviceArrays | None = None,
+    budget_seconds: float = 0.0,
+) -> GraphTiming:
+    """Time ``graph``'s nodes over at least ``repeats`` runs (after one untimed), more while
+    they fit in ``budget_seconds`` (up to :data:`MAX_REPEATS`): a cheap graph is timed often
+    enough for its spread to show, a costly one within the budget.
 
     Examples
     --------
     >>> from workbench.ir import GraphBuilder, ops
     >>> b = GraphBuilder()
     >>> x = b.placeholder("x", (64, 64), "float32")
-    >>> times, overhead = time_graph_nodes(b.build({"y": ops.relu(ops.matmul(x, x))}))
-    >>> sorted(times)
+    >>> timing = time_graph_nodes(b.build({"y": ops.relu(ops.matmul(x, x))}))
+    >>> sorted(timing.node_seconds)
     ['matmul(64x64:float32,64x64:float32)', 'relu(64x64:float32)']
     """
     device = device or DeviceArrays.for_kind("cpu")
@@ -111,17 +137,22 @@ def time_graph_nodes(
     feeds, state = _feeds_and_state(graph, device)
     samples: dict[str, list[float]] = {}
     totals = []
+    start = time.perf_counter()
     executable.run(feeds, state, device.xp)  # first touch of every buffer
+    device.synchronize()
+    first = time.perf_counter() - start
+    # Each repeat is a hooked run and an untimed one.
+    affordable = int(budget_seconds / max(2 * first, 1e-9))
+    repeats = max(repeats, min(MAX_REPEATS, affordable))
+    counts: dict[str, int] = {}
+    for node in executable.graph.nodes:
+        if node.op not in ("placeholder", "constant"):
+            signature = op_signature(graph, node)
+            counts[signature] = counts.get(signature, 0) + 1
     for _ in range(repeats):
         clock = _NodeClock(graph, device)
         executable.run(feeds, state, device.xp, on_node=clock)
-        per_node = clock.seconds
-        counts: dict[str, int] = {}
-        for node in executable.graph.nodes:
-            if node.op not in ("placeholder", "constant"):
-                signature = op_signature(graph, node)
-                counts[signature] = counts.get(signature, 0) + 1
-        for signature, seconds in per_node.items():
+        for signature, seconds in clock.seconds.items():
             samples.setdefault(signature, []).append(seconds / counts[signature])
         start = time.perf_counter()
         executable.run(feeds, state, device.xp)
@@ -133,7 +164,16 @@ def time_graph_nodes(
         for node in graph.nodes
         if node.op not in ("placeholder", "constant")
     )
-    return medians, max(0.0, statistics.median(totals) - node_sum)
+    middle = statistics.median(totals)
+    # The spread of typical steps, robust to the one step a busy moment stretched tenfold (a
+    # normal distribution's standard deviation is 1.4826 median absolute deviations).
+    deviation = 1.4826 * statistics.median(abs(total - middle) for total in totals)
+    return GraphTiming(
+        node_seconds=medians,
+        overhead_seconds=max(0.0, middle - node_sum),
+        variation=deviation / middle if middle > 0 else 0.0,
+        median_seconds=middle,
+    )
 
 
 def time_add(device: DeviceArrays | None = None, nbytes: int = ADD_BYTES) -> float:
@@ -155,27 +195,29 @@ def measure_device(
     graphs: Sequence[Graph], kind: str, repeats: int, skip: Sequence[str] = ()
 ) -> dict[str, Any]:
     """Task on one device: its node times (signatures in ``skip`` are already known), its
-    per-step overhead and its add rate."""
+    per-step overhead, each graph's variation and its add rate."""
     device = DeviceArrays.for_kind(kind)
-    op_seconds, overheads = {}, []
+    op_seconds, overheads, variation = {}, [], {}
     known = set(skip)
     for graph in graphs:
         signatures = {op_signature(graph, n) for n in graph.nodes if n.op not in ("placeholder",)}
         if signatures <= known:
             continue
         try:
-            times, overhead = time_graph_nodes(graph, repeats, device)
+            timing = time_graph_nodes(graph, repeats, device, GRAPH_BUDGET_SECONDS)
         except Exception as error:
             if out_of_memory_cause(device, error) is None:
                 raise
             # The step does not fit this device: the run itself will say so, naming its
             # device, step and bytes; its nodes keep estimated times meanwhile.
             continue
-        op_seconds.update({s: t for s, t in times.items() if s not in known})
-        overheads.append(overhead)
+        op_seconds.update({s: t for s, t in timing.node_seconds.items() if s not in known})
+        overheads.append(timing.overhead_seconds)
+        variation[graph_signature(graph)] = timing.variation
     return {
         "op_seconds": op_seconds,
         "step_overhead_seconds": statistics.median(overheads) if overheads else None,
+        "step_variation": variation,
         "add_bytes_per_second": time_add(device),
         "host": platform.node(),
         "cores": usable_cores(),
@@ -323,6 +365,7 @@ def cluster_signature(kind: str, device_names: Sequence[str], hosts: Sequence[st
     devices and which host each is on. The same signature reads the cached calibration."""
     text = "|".join(
         [
+            CALIBRATION_FORMAT,
             kind,
             np.__version__,
             platform.machine(),
@@ -372,6 +415,7 @@ def calibrate_in_process(
             if measured["step_overhead_seconds"] is not None
             else {}
         ),
+        step_variation={device_name: measured["step_variation"]},
         device_hosts={device_name: measured["host"]},
         host_cores={measured["host"]: float(measured["cores"])},
         measured_seconds=time.perf_counter() - start,
@@ -435,8 +479,10 @@ def calibrate_session(
             for name, m in zip(names, measured)
             if m["step_overhead_seconds"] is not None
         },
+        step_variation={name: m["step_variation"] for name, m in zip(names, measured)},
         device_hosts={name: m["host"] for name, m in zip(names, measured)},
         host_cores={m["host"]: float(m["cores"]) for m in measured},
+        device_addresses=dict(zip(names, session.addresses)),
     )
     calibration.links.update(_measure_wires(session, wires_wanted, repeats, stall_timeout))
     if wires_wanted:
