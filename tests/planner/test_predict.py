@@ -102,14 +102,52 @@ def test_parameter_servers_add_the_shard_devices():
 
 
 def test_what_is_not_predicted_is_refused_by_its_flag():
-    with pytest.raises(PlanningError, match="--mode async"):
+    with pytest.raises(PlanningError, match="--compression fp16: predicted for mirrored"):
         predict(
-            config(strategy="parameter-server", devices=2, mode="async"),
+            config(strategy="central-storage", devices=2, compression="fp16"),
             MODEL,
             OPTIMIZER,
             costs(),
         )
-    with pytest.raises(PlanningError, match="--compression"):
-        predict(
-            config(strategy="mirrored", devices=2, compression="fp16"), MODEL, OPTIMIZER, costs()
+
+
+def test_async_parameter_servers_overlap_one_workers_update_with_the_others_compute():
+    """Free links, 1 ms a node: a sync step is a worker's gradients, then the shard's sum and
+    update. Async, the shard updates once per push, but while it updates for one worker the
+    other computes: the steady step is a worker's loop (gradients and its own update), not
+    gradients plus both updates."""
+    gradients = executed(build_training_graph(MODEL, None, 4, "float32").graph) * NODE
+    update = executed(build_update_graph(MODEL, OPTIMIZER, "float32")) * NODE
+    sync = predict(
+        config(strategy="parameter-server", devices=2, ps=1, mode="sync"),
+        MODEL,
+        OPTIMIZER,
+        costs(),
+    )
+    assert sync.step_seconds == pytest.approx(gradients + update)
+    run_async = predict(
+        config(strategy="parameter-server", devices=2, ps=1, mode="async"),
+        MODEL,
+        OPTIMIZER,
+        costs(),
+    )
+    assert run_async.rounds > 1
+    assert gradients + update <= run_async.step_seconds < gradients + 2 * update
+
+
+def test_compression_shrinks_what_a_replica_sends_by_the_codecs_ratio():
+    def sent(compression: str) -> int:
+        prediction = predict(
+            config(strategy="mirrored", devices=2, compression=compression),
+            MODEL,
+            OPTIMIZER,
+            costs(),
         )
+        return prediction.bytes_sent(prediction.devices[0])
+
+    parameters = sum(math.prod(shape) for shape in MODEL.parameter_shapes().values())
+    dense = sent("none")
+    assert dense == parameters * 4  # 2 ranks: half each way, twice
+    assert sent("fp16") == dense // 2
+    # Top-k: ceil(1% of the bucket) (int64 index, float32 value) pairs to the one peer.
+    assert sent("topk:0.01") == math.ceil(0.01 * parameters) * (8 + 4)

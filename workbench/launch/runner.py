@@ -22,7 +22,7 @@ from workbench.events import EventLog, summarize
 from workbench.models import Sequential, build_model
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.planner.device_costs import measured_costs
-from workbench.planner.predict import PlanningError, predict
+from workbench.planner.predict import PlanningError, Prediction, predict
 from workbench.runtime import array_module, resolve_device_type
 from workbench.strategies import STRATEGIES, StrategyDefinition, validate_config
 from workbench.strategies.cluster_strategy import ClusterStrategy
@@ -40,6 +40,9 @@ class RunResult:
     parameters: dict[str, np.ndarray]
     optimizer_state: dict[str, np.ndarray]
     log: EventLog
+    # The planner's step for this run, from its own calibration (its timeline, device by
+    # device: what workbench.notebook.step_view draws beside a measured step).
+    prediction: Prediction | None = None
 
 
 def stderr_progress(line: str) -> None:
@@ -162,17 +165,18 @@ def prepare_run(config: RunConfig, model: Sequential | None = None) -> PreparedR
 
 def predicted_figures(
     config: RunConfig, job: TrainingJob, samples_per_second: float, progress: Progress
-) -> dict:
+) -> tuple[dict, Prediction | None]:
     """What the planner predicted for this run's step from the run's own calibration, beside
-    the step the run measured (steady state): ``predicted_step_ms``, ``measured_step_ms``.
-    Nothing when the run has no calibration or its strategy is not predicted."""
+    the step the run measured (steady state): ``predicted_step_ms``, ``measured_step_ms``;
+    and the prediction. Nothing when the run has no calibration or its strategy is not
+    predicted."""
     if job.calibration is None:
-        return {}
+        return {}, None
     try:
         prediction = predict(config, job.model, job.optimizer, measured_costs(job.calibration))
     except PlanningError as error:
         progress(f"[plan] no prediction: {error}")
-        return {}
+        return {}, None
     measured = config.batch_size / samples_per_second * 1e3 if samples_per_second else None
     progress(
         f"[plan] predicted step {prediction.step_seconds * 1e3:.2f} ms"
@@ -181,7 +185,7 @@ def predicted_figures(
     return {
         "predicted_step_ms": round(prediction.step_seconds * 1e3, 4),
         "measured_step_ms": round(measured, 4) if measured else None,
-    }
+    }, prediction
 
 
 def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> RunResult:
@@ -233,10 +237,13 @@ def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> Run
     for entry, more in zip(summary["per_device"], extra.pop("per_device", ())):
         entry.update(more)  # e.g. a parameter server's updates per worker
     summary.update(extra)
-    summary.update(predicted_figures(config, job, figures["samples_per_second"], progress))
+    predicted, prediction = predicted_figures(
+        config, job, figures["samples_per_second"], progress
+    )
+    summary.update(predicted)
 
     progress(
         f"[{config.strategy}] test accuracy {test_accuracy:.4f}  test loss {test_loss:.4f}  "
         f"{figures['samples_per_second']:,.0f} samples/s"
     )
-    return RunResult(summary, parameters, optimizer_state, log)
+    return RunResult(summary, parameters, optimizer_state, log, prediction)

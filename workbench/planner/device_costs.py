@@ -97,8 +97,6 @@ class DeviceCosts:
             return self.cluster.link(source, destination)
         return self.ring_links.get((source, destination)) or self.peer_link(source, destination)
 
-
-
     def rpc_link(self, source: str, destination: str) -> Link:
         if self.cluster is not None:
             return self.cluster.link(source, destination)

@@ -16,6 +16,7 @@ from workbench.config import RunConfig
 from workbench.models import Sequential
 from workbench.optim import Optimizer
 from workbench.parallel.collectives.buckets import DEFAULT_BUCKET_BYTES
+from workbench.parallel.collectives.compression import parse_compression
 from workbench.planner.device_costs import DeviceCosts
 from workbench.planner.step_programs import (
     StepPrograms,
@@ -49,21 +50,24 @@ class PlanningError(ValueError):
 class Prediction:
     config: RunConfig
     step_seconds: float
-    makespan: float
+    makespan: float  # of one step
     timeline: Timeline
     devices: tuple[str, ...]
     bubble: float | None
     memory_bytes: dict[str, int]
+    rounds: int = 1  # steps the timeline holds (async parameter servers: several)
 
     @property
     def samples_per_second(self) -> float:
         return self.config.batch_size / self.step_seconds
 
     def busy(self, device: str) -> float:
-        return self.timeline.busy(device)
+        """Seconds ``device`` computes in one step."""
+        return self.timeline.busy(device) / self.rounds
 
     def bytes_sent(self, device: str) -> int:
-        return self.timeline.bytes_sent(device)
+        """Bytes ``device`` sends in one step."""
+        return self.timeline.bytes_sent(device) // self.rounds
 
 
 def step_programs(
@@ -77,11 +81,11 @@ def step_programs(
     name, batch, dtype = config.strategy, config.batch_size, config.dtype
     if name == "one-device":
         return one_device_step(model, optimizer, batch, dtype, devices[0], costs)
-    if (
-        name in ("mirrored", "multi-worker-mirrored", "central-storage")
-        and config.options.get("compression", "none") != "none"
-    ):
-        raise PlanningError(f"--compression {config.compression}: not predicted yet")
+    if name == "central-storage" and config.options.get("compression", "none") != "none":
+        raise PlanningError(
+            f"--compression {config.compression}: predicted for mirrored and "
+            "multi-worker-mirrored all-reduces, not yet for central storage's pushes"
+        )
     bucket_bytes = int(config.options.get("bucket_mb", DEFAULT_BUCKET_BYTES / 2**20) * 2**20)
     if name in ("mirrored", "multi-worker-mirrored"):
         # ``auto`` is the ring on CPUs; NCCL's all-reduce is a ring too (its large-message
@@ -97,17 +101,33 @@ def step_programs(
             addresses = [costs.device_addresses.get(device, "127.0.0.1:0") for device in devices]
             ranks = STRATEGIES[name].groups(config, addresses)
             groups = [[devices[rank] for rank in group] for group in ranks]
+        compression = parse_compression(config.options.get("compression", "none"))
         return mirrored_step(
-            model, optimizer, batch, dtype, devices, costs, algorithm, groups, bucket_bytes
+            model,
+            optimizer,
+            batch,
+            dtype,
+            devices,
+            costs,
+            algorithm,
+            groups,
+            bucket_bytes,
+            compression,
         )
     if name == "central-storage":
         return central_storage_step(model, optimizer, batch, dtype, devices, costs, bucket_bytes)
     if name == "parameter-server":
-        if config.mode != "sync":
-            raise PlanningError("--mode async: the planner predicts synchronous steps only")
         workers, shards = devices[: config.devices], devices[config.devices :]
         return parameter_server_step(
-            model, optimizer, batch, dtype, workers, shards, costs, config.ps_partition_min_bytes
+            model,
+            optimizer,
+            batch,
+            dtype,
+            workers,
+            shards,
+            costs,
+            config.ps_partition_min_bytes,
+            synchronous=config.mode == "sync",
         )
     if name == "model-parallel":
         return model_parallel_step(model, optimizer, batch, dtype, devices, costs, config.placement)
@@ -142,12 +162,13 @@ def predict(
     bubble = pipeline_bubble(timeline, built.stage_devices) if built.stage_devices else None
     return Prediction(
         config=config,
-        step_seconds=timeline.makespan + extra,
-        makespan=timeline.makespan,
+        step_seconds=timeline.makespan / built.rounds + extra,
+        makespan=timeline.makespan / built.rounds,
         timeline=timeline,
         devices=tuple(devices),
         bubble=bubble,
         memory_bytes=memory_estimate(config, model, devices),
+        rounds=built.rounds,
     )
 
 

@@ -17,10 +17,12 @@ import numpy as np
 from workbench.models import Sequential
 from workbench.optim import Optimizer
 from workbench.parallel.collectives import plan_buckets
+from workbench.parallel.collectives.compression import CompressionSpec, parse_compression
 from workbench.parallel.model_parallel.graph import build_model_parallel_graph
 from workbench.parallel.parameter_server.partitioner import place_variables
 from workbench.parallel.pipeline.schedules import make_schedule
 from workbench.parallel.pipeline.stages import build_stage_graphs, split_layers
+from workbench.planner.compressed_buckets import bucket_exchange
 from workbench.planner.device_costs import DeviceCosts
 from workbench.planner.graph_segments import graph_seconds, node_actions
 from workbench.planner.stragglers import straggler_factor
@@ -32,13 +34,16 @@ from workbench.simulate import (
     Send,
     Signal,
     Wait,
-    allreduce,
     pipeline_programs,
     push_pull,
 )
 from workbench.training.graphs import build_training_graph, build_update_graph, gradient_name
 
 COMMUNICATION = "communication"  # the replica's all-reduce thread
+NO_COMPRESSION = parse_compression("none")
+# Async parameter servers are simulated over several rounds: the steady state, where the
+# shards serve one worker's push while the others compute, shows after the first.
+ASYNC_ROUNDS = 4
 
 
 @dataclass
@@ -47,6 +52,7 @@ class StepPrograms:
     link: LinkModel
     notes: list[str] = field(default_factory=list)
     stage_devices: tuple[str, ...] = ()  # a pipeline's, for its bubble
+    rounds: int = 1  # steps the programs run (a step is their makespan over this)
 
 
 def one_device_step(
@@ -72,11 +78,12 @@ def mirrored_step(
     algorithm: str,
     groups: Sequence[Sequence[str]] | None,
     bucket_bytes: int,
+    compression: CompressionSpec = NO_COMPRESSION,
 ) -> StepPrograms:
     """``mirrored`` (``parallel/data_parallel/replica.py``): each replica runs backward on its
     share; when the last gradient of a bucket appears, the bucket goes to the communication
-    thread, which all-reduces buckets one after another while backward goes on; then the
-    update."""
+    thread, which all-reduces buckets one after another (through ``compression``'s codec,
+    :mod:`workbench.planner.compressed_buckets`) while backward goes on; then the update."""
     replicas = len(devices)
     graph = build_training_graph(model, None, batch // replicas, dtype).graph
     update = build_update_graph(model, optimizer, dtype)
@@ -104,16 +111,16 @@ def mirrored_step(
         programs[device] = node_actions(graph, costs, device, bucket_ready, stretch=stretch)
     communication: dict[str, list[Action]] = {device: [] for device in devices}
     for index in order:
-        nbytes = buckets[index].size * itemsize
-        reduced = allreduce(
-            list(devices),
-            nbytes,
-            costs.add_seconds_per_byte,
-            f"b{index}",
+        reduced = bucket_exchange(
+            compression,
+            buckets[index],
+            devices,
+            costs,
             algorithm,
             groups,
-            itemsize=itemsize,
-            stream=COMMUNICATION,
+            itemsize,
+            f"b{index}",
+            COMMUNICATION,
         )
         for device in devices:
             communication[device] += [Wait(f"bucket{index}", COMMUNICATION), *reduced[device]]
@@ -173,12 +180,16 @@ def parameter_server_step(
     shards: Sequence[str],
     costs: DeviceCosts,
     partition_min_bytes: int | None = None,
+    synchronous: bool = True,
 ) -> StepPrograms:
-    """``parameter-server`` sync (``parallel/parameter_server/worker_loop.py``,
+    """``parameter-server`` (``parallel/parameter_server/worker_loop.py``,
     ``shard_service.py``): each worker pulls every shard's variables (a Dask RPC per shard, in
     shard order), computes its gradients, pushes each shard its part (an RPC answered once the
-    shard has taken it); each shard, once every worker's push is in, applies the update, which
-    the next step's pulls wait for."""
+    shard has taken it). Sync: each shard, once every worker's push is in, sums them and
+    applies the update, which the next step's pulls wait for (so every worker waits for the
+    slowest). Async: a shard applies each push as it comes, answering pushes in turn, and no
+    worker waits for another; a step is one push from each worker (the run counts an update
+    per push, a step per ``workers`` updates), here one round of them."""
     itemsize = np.dtype(dtype).itemsize
     graph = build_training_graph(model, None, batch // len(workers), dtype).graph
     pieces = place_variables(model.parameter_shapes(), len(shards), itemsize, partition_min_bytes)
@@ -194,34 +205,49 @@ def parameter_server_step(
         # work on its host, as putting it on the wire was on the sender's.
         return Compute(costs.rpc_link(source, target).put_seconds(nbytes), "unpack", phase)
 
+    rounds = 1 if synchronous else ASYNC_ROUNDS
+    stretch = straggler_factor(costs.variation(graph), len(workers) if synchronous else 1)
+    computing = {
+        worker: node_actions(graph, costs, worker, lambda node: (), stretch=stretch)
+        for worker in workers
+    }
     for worker in workers:
-        for shard, nbytes in zip(shards, shard_bytes):
-            programs[worker] += [
-                Recv(shard, f"pull/{worker}", phase="ps-pull"),
-                unpack(shard, worker, nbytes, "ps-pull"),
-            ]
-        stretch = straggler_factor(costs.variation(graph), len(workers))
-        programs[worker] += node_actions(graph, costs, worker, lambda node: (), stretch=stretch)
-        for shard, nbytes in zip(shards, shard_bytes):
-            programs[worker] += [
-                Send(shard, nbytes, f"push/{worker}", phase="ps-push"),
-                Recv(shard, f"ack/{worker}", phase="ps-push"),
-            ]
+        for turn in range(rounds):
+            for shard, nbytes in zip(shards, shard_bytes):
+                programs[worker] += [
+                    Recv(shard, f"pull/{worker}/{turn}", phase="ps-pull"),
+                    unpack(shard, worker, nbytes, "ps-pull"),
+                ]
+            programs[worker] += computing[worker]
+            for shard, nbytes in zip(shards, shard_bytes):
+                programs[worker] += [
+                    Send(shard, nbytes, f"push/{worker}/{turn}", phase="ps-push"),
+                    Recv(shard, f"ack/{worker}/{turn}", phase="ps-push"),
+                ]
     for shard, nbytes, names in zip(shards, shard_bytes, shard_names):
-        for worker in workers:
-            programs[shard].append(Send(worker, nbytes, f"pull/{worker}", phase="ps-pull"))
-        for worker in workers:
-            programs[shard] += [
-                Recv(worker, f"push/{worker}", phase="ps-push"),
-                unpack(worker, shard, nbytes, "ps-push"),
-                Compute(nbytes * costs.add_seconds_per_byte, "sum", phase="update"),
-                Send(worker, 8, f"ack/{worker}", phase="ps-push"),
-            ]
         update = build_update_graph(model, optimizer, dtype, sorted(set(names)))
-        programs[shard].append(
-            Compute(graph_seconds(update, costs, shard), "update", phase="update")
-        )
-    return StepPrograms(programs, costs.rpc_link)
+        update_seconds = graph_seconds(update, costs, shard)
+        for worker in workers:
+            programs[shard].append(Send(worker, nbytes, f"pull/{worker}/0", phase="ps-pull"))
+        for turn in range(rounds):
+            for worker in workers:
+                programs[shard] += [
+                    Recv(worker, f"push/{worker}/{turn}", phase="ps-push"),
+                    unpack(worker, shard, nbytes, "ps-push"),
+                    Compute(nbytes * costs.add_seconds_per_byte, "sum", phase="update")
+                    if synchronous
+                    else Compute(update_seconds, "update", phase="update"),
+                    Send(worker, 8, f"ack/{worker}/{turn}", phase="ps-push"),
+                ]
+                if not synchronous and turn + 1 < rounds:
+                    # Async: this worker's next pull is answered at once, while the shard
+                    # goes on with the other workers' pushes.
+                    programs[shard].append(
+                        Send(worker, nbytes, f"pull/{worker}/{turn + 1}", phase="ps-pull")
+                    )
+        if synchronous:
+            programs[shard].append(Compute(update_seconds, "update", phase="update"))
+    return StepPrograms(programs, costs.rpc_link, rounds=rounds)
 
 
 def model_parallel_step(

@@ -21,6 +21,8 @@ from workbench.planner.predict import PlanningError, Prediction, predict
 from workbench.strategies import STRATEGIES, validate_config
 
 ALLREDUCE_CHOICES = ("ring", "hierarchical-copy", "reduce-to-one")
+# Gradient compression on the ring: 16-bit, sparse and low-rank (--compression values).
+COMPRESSION_CHOICES = ("fp16", "topk:0.01", "powersgd:2")
 MICROBATCH_CHOICES = (2, 4, 8)
 SHARD_CHOICES = (1, 2)
 PARTS = ("compute", "communication", "bubble", "overhead")
@@ -76,9 +78,13 @@ def candidate_configs(base: RunConfig, devices: int) -> Iterator[RunConfig]:
     shared = {**common, "devices": devices}
     for algorithm in ALLREDUCE_CHOICES:
         yield RunConfig(strategy="mirrored", allreduce=algorithm, **shared)
+    for compression in COMPRESSION_CHOICES:
+        yield RunConfig(strategy="mirrored", allreduce="ring", compression=compression, **shared)
     yield RunConfig(strategy="central-storage", **shared)
     for shards in SHARD_CHOICES:
         yield RunConfig(strategy="parameter-server", ps=shards, mode="sync", **shared)
+    # Async: no worker waits for another (its steps train on stale variables: see staleness).
+    yield RunConfig(strategy="parameter-server", ps=1, mode="async", **shared)
     # With more devices than layers these are refused, and listed with the reason.
     yield RunConfig(strategy="model-parallel", **shared)
     for schedule in ("gpipe", "1f1b"):
@@ -98,7 +104,15 @@ def _options(config: RunConfig) -> dict:
     return shown
 
 
-_SHOWN_OPTIONS = ("allreduce", "ps", "mode", "stages", "microbatches", "schedule")
+_SHOWN_OPTIONS = (
+    "allreduce",
+    "compression",
+    "ps",
+    "mode",
+    "stages",
+    "microbatches",
+    "schedule",
+)
 
 
 def _parts(prediction: Prediction) -> dict[str, float]:

@@ -1,0 +1,57 @@
+"""One step, predicted and measured, on the same timeline: for every device a row of what the
+planner simulated and, under it, a row of what the run recorded, each from its step's start.
+
+The rows are plain data (``device``, ``source``: ``predicted`` or ``measured``, ``phase``,
+``start``, ``end``, seconds from the step's start), so the chart knows nothing of the planner
+or the run; :mod:`workbench.notebook.step_view` turns a run's prediction and events into them.
+Phases take the live timeline's colours (``live_charts.PHASE_COLOURS``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+from bokeh.plotting import figure
+from bokeh.transform import factor_cmap
+
+from workbench.charts.live_charts import PHASE_COLOURS
+
+SOURCES = ("predicted", "measured")
+
+
+def step_comparison(rows: Sequence[dict], title: str = "one step: predicted and measured"):
+    """A Bokeh figure of ``rows`` (see the module docstring), devices in their first-seen
+    order, each with its predicted row above its measured one."""
+    devices = list(dict.fromkeys(row["device"] for row in rows))
+    factors = [(device, source) for device in devices for source in SOURCES]
+    data = {
+        "y": [(row["device"], row["source"]) for row in rows],
+        "phase": [row["phase"] for row in rows],
+        "start": [row["start"] * 1e3 for row in rows],
+        "end": [row["end"] * 1e3 for row in rows],
+    }
+    chart = figure(
+        y_range=FactorRange(*reversed(factors)),
+        height=80 + 40 * len(factors),
+        width=900,
+        title=title,
+        x_axis_label="milliseconds since the step began",
+        toolbar_location="above",
+    )
+    phases = [phase for phase in PHASE_COLOURS if phase in set(data["phase"])] or ["compute"]
+    chart.hbar(
+        y="y",
+        left="start",
+        right="end",
+        height=0.8,
+        source=ColumnDataSource(data),
+        color=factor_cmap("phase", [PHASE_COLOURS[p] for p in phases], phases),
+        legend_field="phase",
+    )
+    chart.add_tools(
+        HoverTool(tooltips=[("phase", "@phase"), ("ms", "@start{0.00} to @end{0.00}")])
+    )
+    chart.legend.orientation = "horizontal"
+    chart.add_layout(chart.legend[0], "below")
+    return chart
