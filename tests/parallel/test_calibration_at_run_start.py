@@ -3,7 +3,7 @@ step the planner predicted beside the step it measured, and ``--no-calibrate`` m
 nothing."""
 
 from workbench.config import RunConfig
-from workbench.costs import Calibration
+from workbench.costs import Calibration, collective_key
 from workbench.launch.runner import run_training
 from workbench.models import build_model
 from workbench.optim import make_optimizer
@@ -34,6 +34,9 @@ def test_a_run_reports_its_predicted_step_and_caches_its_calibration(store_root)
     assert len(cached.devices) == 2
     assert cached.links and cached.dispatch_seconds > 0
     assert all(cached.op_seconds[device] for device in cached.devices)
+    assert all(cached.step_variation[device] for device in cached.devices)
+    # The run's own all-reduce, timed as its replicas run it (the ring, on these 2 devices).
+    assert list(cached.collectives) == [collective_key("ring", list(cached.devices))]
     assert any(line.startswith("[plan] predicted step") for line in lines)
 
     # The same cluster and model again: everything is cached, nothing is measured anew.
@@ -41,7 +44,7 @@ def test_a_run_reports_its_predicted_step_and_caches_its_calibration(store_root)
     run_training(RunConfig(**RUN), progress=again.append)
     (reused,) = calibrations(store_root)
     assert reused.measured_seconds < cached.measured_seconds + 0.01
-    assert reused.links == cached.links
+    assert reused.links == cached.links and reused.collectives == cached.collectives
 
 
 def test_no_calibrate_measures_nothing_and_predicts_nothing_without_a_cache(store_root):

@@ -49,9 +49,7 @@ def step_comparison(rows: Sequence[dict], title: str = "one step: predicted and 
         color=factor_cmap("phase", [PHASE_COLOURS[p] for p in phases], phases),
         legend_field="phase",
     )
-    chart.add_tools(
-        HoverTool(tooltips=[("phase", "@phase"), ("ms", "@start{0.00} to @end{0.00}")])
-    )
+    chart.add_tools(HoverTool(tooltips=[("phase", "@phase"), ("ms", "@start{0.00} to @end{0.00}")]))
     chart.legend.orientation = "horizontal"
     chart.add_layout(chart.legend[0], "below")
     return chart

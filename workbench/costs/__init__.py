@@ -6,7 +6,13 @@ planner. Estimates of a node's FLOPs and bytes, and the signature its measured t
 under, live here too.
 """
 
-from workbench.costs.calibration import Calibration, LinkFit, fit_link, link_key
+from workbench.costs.calibration import (
+    Calibration,
+    LinkFit,
+    collective_key,
+    fit_link,
+    link_key,
+)
 from workbench.costs.cost_model import CalibratedCostModel, CostModel, StaticCostModel
 from workbench.costs.op_costs import (
     estimate_bytes,
@@ -21,6 +27,7 @@ __all__ = [
     "CostModel",
     "LinkFit",
     "StaticCostModel",
+    "collective_key",
     "estimate_bytes",
     "estimate_flops",
     "fit_link",

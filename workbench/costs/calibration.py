@@ -5,6 +5,8 @@
 - ``links[(source, destination)]``: latency and bandwidth fitted to timed one-way sends of
   several sizes over the transport the run uses (:func:`fit_link`); ``link_sizes``: those
   sizes (links fitted to other sizes are measured again);
+- ``collectives[key]``: latency and bandwidth fitted to whole all-reduces as a replica runs
+  them (its communication thread, the peer transport), keyed by :func:`collective_key`;
 - ``add_bytes_per_second[device]``: how fast the device adds a received tensor into its own
   (the arithmetic of a reduction);
 - ``dispatch_seconds``: one round of Dask tasks, one per device, submitted and gathered (what
@@ -79,6 +81,25 @@ def link_key(source: str, destination: str, wire: str = "peer") -> str:
     return f"{source} -> {destination}" + ("" if wire == "peer" else f" [{wire}]")
 
 
+def collective_key(
+    algorithm: str, devices: Sequence[str], groups: Sequence[Sequence[str]] | None = None
+) -> str:
+    """How a measured all-reduce is stored: its algorithm, its devices in rank order and, for
+    a hierarchical one, its groups.
+
+    Examples
+    --------
+    >>> collective_key("ring", ["a", "b"])
+    'ring over a,b'
+    >>> collective_key("hierarchical-copy", ["a", "b", "c", "d"], [["a", "b"], ["c", "d"]])
+    'hierarchical-copy over a,b,c,d in a,b|c,d'
+    """
+    key = f"{algorithm} over {','.join(devices)}"
+    if algorithm == "hierarchical-copy" and groups:
+        key += " in " + "|".join(",".join(group) for group in groups)
+    return key
+
+
 @dataclass
 class Calibration:
     """Measured costs of one cluster (its ``signature`` says which: see
@@ -88,6 +109,7 @@ class Calibration:
     devices: tuple[str, ...]
     op_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
     links: dict[str, LinkFit] = field(default_factory=dict)
+    collectives: dict[str, LinkFit] = field(default_factory=dict)
     link_sizes: tuple[int, ...] = ()
     add_bytes_per_second: dict[str, float] = field(default_factory=dict)
     step_overhead_seconds: dict[str, float] = field(default_factory=dict)
@@ -123,6 +145,7 @@ class Calibration:
             devices=tuple(dict.fromkeys((*self.devices, *newer.devices))),
             op_seconds=_merged_per_device(self.op_seconds, newer.op_seconds),
             links={**self.links, **newer.links},
+            collectives={**self.collectives, **newer.collectives},
             link_sizes=newer.link_sizes if newer.links else self.link_sizes,
             add_bytes_per_second={**self.add_bytes_per_second, **newer.add_bytes_per_second},
             step_overhead_seconds={**self.step_overhead_seconds, **newer.step_overhead_seconds},
@@ -141,6 +164,9 @@ class Calibration:
                 "devices": list(self.devices),
                 "op_seconds": self.op_seconds,
                 "links": {key: [fit.latency, fit.bandwidth] for key, fit in self.links.items()},
+                "collectives": {
+                    key: [fit.latency, fit.bandwidth] for key, fit in self.collectives.items()
+                },
                 "link_sizes": list(self.link_sizes),
                 "add_bytes_per_second": self.add_bytes_per_second,
                 "step_overhead_seconds": self.step_overhead_seconds,
@@ -170,6 +196,7 @@ class Calibration:
             devices=tuple(data["devices"]),
             op_seconds={d: dict(times) for d, times in data["op_seconds"].items()},
             links={key: LinkFit(*pair) for key, pair in data["links"].items()},
+            collectives={key: LinkFit(*pair) for key, pair in data.get("collectives", {}).items()},
             link_sizes=tuple(data.get("link_sizes", ())),
             add_bytes_per_second=dict(data["add_bytes_per_second"]),
             step_overhead_seconds=dict(data.get("step_overhead_seconds", {})),

@@ -237,9 +237,7 @@ def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> Run
     for entry, more in zip(summary["per_device"], extra.pop("per_device", ())):
         entry.update(more)  # e.g. a parameter server's updates per worker
     summary.update(extra)
-    predicted, prediction = predicted_figures(
-        config, job, figures["samples_per_second"], progress
-    )
+    predicted, prediction = predicted_figures(config, job, figures["samples_per_second"], progress)
     summary.update(predicted)
 
     progress(

@@ -26,11 +26,15 @@ from workbench.parallel.collectives import Bucket
 from workbench.parallel.collectives.compression import CompressionSpec
 from workbench.parallel.collectives.compression.power_sgd import matrix_shape, worth_compressing
 from workbench.planner.device_costs import DeviceCosts
+from workbench.planner.measured_collectives import measured_allreduce
 from workbench.simulate import Action, Compute, Recv, Send, allreduce
 
 INDEX_BYTES = 8  # top-k indices travel as int64
 SELECT_PASSES = 8  # |x|, a partition of it, the gather, the residual kept and cleared
-POWER_SGD_PASSES = 6  # M + residual, and residual = M - P Q^T / N (reads and writes)
+POWER_SGD_PASSES = 6
+# Top-k's pairs go straight to every peer: simulated message by message up to this many
+# devices, above as each device's time to put them all on its links.
+ALL_TO_ALL_MESSAGES_UP_TO = 32  # M + residual, and residual = M - P Q^T / N (reads and writes)
 
 
 def bucket_exchange(
@@ -62,6 +66,9 @@ def bucket_exchange(
         )
 
     if spec.method == "none":
+        measured = costs.measured_collective(algorithm, devices, groups)
+        if measured is not None:
+            return measured_allreduce(measured, nbytes, devices, key, **labels)
         return reduced(nbytes, itemsize, key)
     if spec.half_precision:
         half = bucket.size * 2
@@ -71,17 +78,30 @@ def bucket_exchange(
         exchanged = reduced(half, 2, key)
         return {device: [passes, *exchanged[device], back] for device in devices}
     if spec.method == "topk":
-        return _top_k(spec, bucket, devices, itemsize, touch, key, labels)
+        return _top_k(spec, bucket, devices, itemsize, touch, key, labels, costs.peer_link)
     return _power_sgd(spec, bucket, devices, costs, itemsize, touch, key, labels, reduced)
 
 
-def _top_k(spec, bucket, devices, itemsize, touch, key, labels) -> dict[str, list[Action]]:
+def _top_k(spec, bucket, devices, itemsize, touch, key, labels, link_of) -> dict[str, list[Action]]:
     chosen = max(1, math.ceil(spec.ratio * bucket.size))
     pair_bytes = chosen * (INDEX_BYTES + itemsize)
     select = Compute(SELECT_PASSES * bucket.size * itemsize * touch, "select", **labels)
     # A dense zero vector, then every rank's pairs read and added into it.
     scattered = bucket.size * itemsize + len(devices) * (pair_bytes + 2 * chosen * itemsize)
     scatter = Compute(scattered * touch, "scatter", **labels)
+    if len(devices) > ALL_TO_ALL_MESSAGES_UP_TO:
+        # N(N-1) messages are too many to simulate one by one: each device puts its pairs on
+        # its links to the N-1 others one after another, and the last arrives a latency later
+        # (the slowest of its links: across hosts on a described cluster). So many devices
+        # are a described cluster's, alike: the first one's links stand for every device's.
+        first = devices[0]
+        link = max((link_of(first, peer) for peer in devices[1:]), key=_slowness)
+        put = Compute(
+            (len(devices) - 1) * link.put_seconds(pair_bytes) + link.latency,
+            "all-to-all",
+            **labels,
+        )
+        return {device: [select, put, scatter] for device in devices}
     programs: dict[str, list[Action]] = {}
     for device in devices:
         peers = [peer for peer in devices if peer != device]
@@ -92,6 +112,10 @@ def _top_k(spec, bucket, devices, itemsize, touch, key, labels) -> dict[str, lis
             scatter,
         ]
     return programs
+
+
+def _slowness(link) -> tuple[float, float]:
+    return (1 / link.bandwidth, link.latency)
 
 
 def _power_sgd(

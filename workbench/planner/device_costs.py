@@ -13,6 +13,7 @@ roofline), links are the description's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Protocol
@@ -21,6 +22,7 @@ from workbench.costs import (
     CalibratedCostModel,
     Calibration,
     StaticCostModel,
+    collective_key,
     estimate_bytes,
     estimate_flops,
     graph_signature,
@@ -58,6 +60,8 @@ class DeviceCosts:
     # taken to).
     step_variations: dict[str, float] = field(default_factory=dict)
     device_addresses: dict[str, str] = field(default_factory=dict)  # measured devices' workers
+    # Whole all-reduces as the replicas run them, measured (by collective_key).
+    collectives: dict[str, Link] = field(default_factory=dict)
     # Node times asked again (the same graph on every replica): answered once. A described
     # cluster's devices are alike, so its answers are shared by every device.
     _known: dict = field(default_factory=dict, compare=False, repr=False)
@@ -71,6 +75,13 @@ class DeviceCosts:
                 self._graphs.append(graph)
             seconds = self._known[key] = self.cost_model.node_seconds(graph, node, device)
         return seconds
+
+    def measured_collective(
+        self, kind: str, devices: Sequence[str], groups: Sequence[Sequence[str]] | None
+    ) -> Link | None:
+        """The collective ``kind`` (an all-reduce algorithm, ``reduce`` or ``broadcast``) of
+        ``devices`` (in rank order) as calibration timed it, if it did."""
+        return self.collectives.get(collective_key(kind, devices, groups))
 
     def variation(self, graph: Graph) -> float:
         """How much a run of ``graph`` varies (spread over median): measured, else 0."""
@@ -184,6 +195,10 @@ def measured_costs(calibration: Calibration) -> DeviceCosts:
         ring_links=_links(calibration, "ring") if _one_network_host(calibration) else {},
         step_variations=_median_per_graph(calibration.step_variation),
         device_addresses=dict(calibration.device_addresses),
+        collectives={
+            key: Link(fit.latency, fit.bandwidth, "allreduce")
+            for key, fit in calibration.collectives.items()
+        },
     )
 
 

@@ -25,6 +25,7 @@ from workbench.parallel.pipeline.stages import build_stage_graphs, split_layers
 from workbench.planner.compressed_buckets import bucket_exchange
 from workbench.planner.device_costs import DeviceCosts
 from workbench.planner.graph_segments import graph_seconds, node_actions
+from workbench.planner.measured_collectives import measured_central_exchange
 from workbench.planner.stragglers import straggler_factor
 from workbench.simulate import (
     Action,
@@ -151,15 +152,28 @@ def central_storage_step(
     graph = build_training_graph(model, None, batch // replicas, dtype).graph
     update = build_update_graph(model, optimizer, dtype)
     itemsize = np.dtype(dtype).itemsize
-    total = sum(b.size for b in plan_buckets(model.parameter_shapes(), itemsize, bucket_bytes))
-    exchange = push_pull(
-        list(devices),
-        [devices[0]],
-        total * itemsize,
-        costs.add_seconds_per_byte,
-        "central",
-        update_seconds=graph_seconds(update, costs, devices[0]),
-    )
+    buckets = plan_buckets(model.parameter_shapes(), itemsize, bucket_bytes)
+    total = sum(b.size for b in buckets)
+    reduce = costs.measured_collective("reduce", devices, None)
+    broadcast = costs.measured_collective("broadcast", devices, None)
+    if reduce is not None and broadcast is not None:
+        exchange = measured_central_exchange(
+            reduce,
+            broadcast,
+            [b.size * itemsize for b in buckets],
+            graph_seconds(update, costs, devices[0]),
+            devices,
+            "central",
+        )
+    else:
+        exchange = push_pull(
+            list(devices),
+            [devices[0]],
+            total * itemsize,
+            costs.add_seconds_per_byte,
+            "central",
+            update_seconds=graph_seconds(update, costs, devices[0]),
+        )
     stretch = straggler_factor(costs.variation(graph), replicas)
     programs = {
         device: [

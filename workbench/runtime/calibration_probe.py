@@ -10,6 +10,7 @@ includes what devices sharing a host cost each other, as they do in a data-paral
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import platform
 import statistics
@@ -35,12 +36,14 @@ from workbench.runtime.worker_service import device_service
 # while an 8 MiB tensor (a model-parallel activation) crossed at 6 GB/s and 32 MiB at 3.2.
 TRANSFER_SIZES = (1 << 10, 1 << 18, 1 << 21, 1 << 23)
 ADD_BYTES = 1 << 22
+ADD_PAIRS = 8  # 64 MiB in all
 # Bumped when what is measured, or how, changes: a cached calibration of another format is
 # measured again.
-CALIBRATION_FORMAT = "3"
+CALIBRATION_FORMAT = "5"
 # Timing a graph: at most this many repeats, within this many seconds of each device's time
 # per graph (a step of the reference MLP takes a few milliseconds: about twenty repeats).
 MAX_REPEATS = 30
+TRIMMED_SHARE = 0.2  # of a graph's slowest runs, left out of its mean
 GRAPH_BUDGET_SECONDS = 0.12
 # How tensors travel between devices, each timed on its own: ``peer`` (one-way Send/Recv over
 # the shared-memory channels or Dask's comms), ``rpc`` (Dask RPCs, as parameter servers are
@@ -102,8 +105,9 @@ class _NodeClock:
 class GraphTiming:
     """What timing one graph found on one device.
 
-    ``node_seconds``: each node signature's median time; ``overhead_seconds``: a whole run's
-    median beyond its nodes (dispatch in the interpreter, releasing buffers); ``variation``:
+    ``node_seconds``: each node signature's median time, scaled by the whole run's trimmed mean
+    over its median; ``overhead_seconds``: a whole run's median beyond its nodes (dispatch in
+    the interpreter, releasing buffers), scaled alike; ``variation``:
     the whole run's spread over its median (what synchronous replicas wait for: the slowest
     of them, :mod:`workbench.planner.stragglers`)."""
 
@@ -168,22 +172,47 @@ def time_graph_nodes(
     # The spread of typical steps, robust to the one step a busy moment stretched tenfold (a
     # normal distribution's standard deviation is 1.4826 median absolute deviations).
     deviation = 1.4826 * statistics.median(abs(total - middle) for total in totals)
+    # A run's throughput pays its steps' mean, which the slower ones pull above the median:
+    # the nodes are scaled by the whole step's mean over its median, the slowest fifth of
+    # the runs left out of that mean (one run a busy moment stretched tenfold would
+    # otherwise stand for every step).
+    tail = _trimmed_mean(totals, TRIMMED_SHARE) / middle if middle > 0 else 1.0
     return GraphTiming(
-        node_seconds=medians,
-        overhead_seconds=max(0.0, middle - node_sum),
+        node_seconds={signature: seconds * tail for signature, seconds in medians.items()},
+        overhead_seconds=max(0.0, middle - node_sum) * tail,
         variation=deviation / middle if middle > 0 else 0.0,
         median_seconds=middle,
     )
 
 
+def _trimmed_mean(values: Sequence[float], share: float) -> float:
+    """The mean of ``values`` without the largest ``share`` of them (at least one kept).
+
+    Examples
+    --------
+    >>> _trimmed_mean([1.0, 2.0, 3.0, 100.0], 0.2)
+    2.0
+    """
+    ordered = sorted(values)
+    kept = max(1, len(ordered) - math.ceil(share * len(ordered)))
+    return statistics.fmean(ordered[:kept])
+
+
 def time_add(device: DeviceArrays | None = None, nbytes: int = ADD_BYTES) -> float:
     """Bytes per second of ``a += b`` on float32 arrays of ``nbytes``: a reduction's arithmetic
-    on this device."""
+    on this device, on tensors not in any cache (a received gradient has just arrived; a
+    tensor added over and over would be, and add several times faster): each add takes the
+    next of :data:`ADD_PAIRS` pairs, more bytes together than a CPU's caches hold."""
     device = device or DeviceArrays.for_kind("cpu")
-    left = device.to_device(np.ones(nbytes // 4, np.float32))
-    right = device.to_device(np.ones(nbytes // 4, np.float32))
+    pairs = [
+        (
+            device.to_device(np.ones(nbytes // 4, np.float32)),
+            device.to_device(np.ones(nbytes // 4, np.float32)),
+        )
+        for _ in range(ADD_PAIRS)
+    ]
     times = []
-    for _ in range(6):
+    for left, right in pairs:
         start = time.perf_counter()
         left += right
         device.synchronize()
@@ -297,7 +326,7 @@ def measure_ring_shifts(
             received = np.empty_like(payload)
             times = []
             for index in range(repeats + 1):
-                _ring_barrier(transport, f"calibrate/shift/{nbytes}/{index}/barrier")
+                ring_barrier(transport, f"calibrate/shift/{nbytes}/{index}/barrier")
                 start = time.perf_counter()
                 transport.send(right, f"calibrate/shift/{nbytes}/{index}", payload)
                 recv_into(transport, left, f"calibrate/shift/{nbytes}/{index}", received)
@@ -308,7 +337,7 @@ def measure_ring_shifts(
     return results
 
 
-def _ring_barrier(transport: PeerTransport, key: str) -> None:
+def ring_barrier(transport: PeerTransport, key: str) -> None:
     """Every rank has reached this point: a token passed once around the ring."""
     size, rank = transport.size, transport.rank
     token = np.zeros(1, np.float32)

@@ -9,8 +9,14 @@ updates. The device side is :mod:`workbench.parallel.data_parallel.replica`.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from workbench.config import ConfigError, RunConfig
+from workbench.costs import Calibration, collective_key
 from workbench.parallel.collectives import even_groups
+from workbench.parallel.collectives.probe import CENTRAL_KINDS, measure_collective
 from workbench.parallel.data_parallel.in_graph import build_in_graph_replication
 from workbench.parallel.data_parallel.replica import ReplicaSpec, setup_replica
 from workbench.parallel.device_run import DevicePlan
@@ -21,6 +27,7 @@ from workbench.parallel.worker_spec import make_worker_spec
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import ClusterStrategy
 from workbench.strategies.definition import replicas_divide_the_batch
+from workbench.training.calibration import add_to_calibration
 from workbench.training.job import Progress, TrainingJob
 
 
@@ -37,6 +44,54 @@ class DataParallel(ClusterStrategy):
     def group_count(self, config: RunConfig) -> int:
         """Groups for hierarchical all-reduce when the devices share one host."""
         return 2
+
+    def _calibrated(
+        self, job: TrainingJob, session: ClusterSession, progress: Progress
+    ) -> ClusterSession:
+        """Besides nodes and links, the run's own collectives as its replicas run them (the
+        all-reduce; central storage's reduce and broadcast), once per cluster, kind and
+        groups (then cached), for the planner's prediction."""
+        session = super()._calibrated(job, session, progress)
+        config = job.config
+        algorithm = self.algorithm(config, session.device_type)
+        wanted = (
+            job.calibration is not None
+            and not config.no_calibrate
+            and algorithm != "nccl"
+            and config.options.get("replication", "between-graph") == "between-graph"
+        )
+        if not wanted:
+            return session
+        groups = self.groups(config, session.addresses)
+        names = session.device_names
+        named_groups = [[names[rank] for rank in group] for group in groups]
+        kinds = CENTRAL_KINDS if self.central_storage else (algorithm,)
+        missing = [
+            kind
+            for kind in kinds
+            if collective_key(kind, names, named_groups) not in job.calibration.collectives
+        ]
+        if not missing:
+            return session
+        gradient_bytes = (
+            sum(math.prod(shape) for shape in job.model.parameter_shapes().values())
+            * np.dtype(config.dtype).itemsize
+        )
+        largest = min(int(config.bucket_mb * 2**20), gradient_bytes)
+        fits = {}
+        for kind in missing:
+            fits.update(
+                measure_collective(
+                    session, kind, groups, largest, stall_timeout=config.stall_timeout
+                )
+            )
+        add_to_calibration(
+            job,
+            session,
+            Calibration(job.calibration.signature, tuple(names), collectives=fits),
+            progress,
+        )
+        return session
 
     def compression(self, config: RunConfig) -> str:
         """The ``--compression`` value (validated, canonical) for the strategies that take it."""

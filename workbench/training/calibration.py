@@ -90,3 +90,20 @@ def calibrate_run(
     progress(f"[calibrate] devices timed in {spent:.2f} s ({'cached' if cached else 'new'})")
     job.calibration = calibration
     return calibration
+
+
+def add_to_calibration(
+    job: TrainingJob,
+    session: ClusterSession,
+    measured: Calibration,
+    progress: Progress,
+    store: RunStore | None = None,
+) -> Calibration:
+    """``job``'s calibration with ``measured`` added (what a strategy measures beyond nodes
+    and links, e.g. its all-reduce), cached with it in the run store."""
+    assert job.calibration is not None
+    calibration = job.calibration.merged(measured)
+    (store or RunStore()).save_calibration(session_signature(session), calibration.to_json())
+    progress(f"[calibrate] {', '.join(measured.collectives) or 'more'} timed")
+    job.calibration = calibration
+    return calibration
