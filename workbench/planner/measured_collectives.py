@@ -1,6 +1,8 @@
 """Collectives as calibration timed them (``parallel/collectives/probe.py``), as simulator
 programs: the devices meet at the first of them (an empty message there and back: a
-collective's first exchanges wait for its last rank), then each spends the measured time.
+collective's first exchanges wait for its last rank), then each spends the measured time,
+without taking a share of its host's cores: what was timed already ran on all the devices at
+once, sharing the cores as they do here, and over a network it is mostly waiting.
 
 The all-reduce of a mirrored bucket; central storage's exchange: every replica's gradients
 reduced to rank 0, rank 0's update, its new values broadcast (the replicas meet again after
@@ -36,7 +38,7 @@ def measured_allreduce(
 ) -> dict[str, list[Action]]:
     """A bucket's all-reduce of ``nbytes``, as measured (``link``: its fitted time)."""
     met = meet_at_first(devices, key, **labels)
-    reduced = Compute(link.seconds(nbytes), "allreduce", **labels)
+    reduced = Compute(link.seconds(nbytes), "allreduce", cpu=False, **labels)
     return {device: [*met[device], reduced] for device in devices}
 
 
@@ -56,8 +58,9 @@ def measured_central_exchange(
     updated = meet_at_first(devices, f"{key}/pull", phase="ps-pull")
     programs = {}
     for index, device in enumerate(devices):
-        actions = [*arrive[device], Compute(pushed, "reduce", phase="ps-push")]
+        actions = [*arrive[device], Compute(pushed, "reduce", phase="ps-push", cpu=False)]
         if index == 0:
             actions.append(Compute(update_seconds, "update", phase="update"))
-        programs[device] = [*actions, *updated[device], Compute(pulled, "broadcast", "ps-pull")]
+        pull = Compute(pulled, "broadcast", phase="ps-pull", cpu=False)
+        programs[device] = [*actions, *updated[device], pull]
     return programs

@@ -26,18 +26,22 @@ MAIN = "main"
 
 @dataclass(frozen=True)
 class Compute:
-    """Busy for ``seconds`` on ``stream``.
+    """Busy for ``seconds`` on ``stream``. ``cpu``: whether the work takes one of its host's
+    cores (shared with the host's other busy streams); False for time the programs spend
+    without computing, e.g. a collective timed as a whole, most of it waiting on the network
+    and the peers (its own share of the cores was in what was timed).
 
     Examples
     --------
     >>> Compute(0.5, "F0")
-    Compute(seconds=0.5, label='F0', phase='compute', stream='main')
+    Compute(seconds=0.5, label='F0', phase='compute', stream='main', cpu=True)
     """
 
     seconds: float
     label: str
     phase: str = "compute"
     stream: str = MAIN
+    cpu: bool = True
 
     def __post_init__(self) -> None:
         if not self.seconds >= 0:

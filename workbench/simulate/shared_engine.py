@@ -89,7 +89,7 @@ class SharedEngine(Engine):
 
     def _compute(self, device: int, index: int, action: Compute, time: float) -> None:
         host = self.hosts.get(device)
-        if host is None or action.seconds == 0:
+        if host is None or action.seconds == 0 or not action.cpu:
             super()._compute(device, index, action, time)
             return
         self.shared.start(host, action.seconds, time, (device, index, time))
