@@ -17,6 +17,7 @@ from typing import Any
 from workbench.bench import (
     allreduce_suite,
     bubble_suite,
+    calibration_suite,
     charts_suite,
     compression_suite,
     ddp_suite,
@@ -186,6 +187,13 @@ SUITES: dict[str, Suite] = {
         "(network namespaces, root), multi-worker-mirrored and a flat ring",
         hosts_suite.run_from_args,
         hosts_suite.render,
+    ),
+    "calibration": Suite(
+        "calibration",
+        "what calibrating at run start costs a first run: mirrored, digits, 10 epochs, "
+        "calibrating vs --no-calibrate",
+        calibration_suite.run_from_args,
+        calibration_suite.render,
     ),
     "compression": Suite(
         "compression",

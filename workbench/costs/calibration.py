@@ -146,7 +146,9 @@ class Calibration:
             op_seconds=_merged_per_device(self.op_seconds, newer.op_seconds),
             links={**self.links, **newer.links},
             collectives={**self.collectives, **newer.collectives},
-            link_sizes=newer.link_sizes if newer.links else self.link_sizes,
+            # The sizes every link was fitted to (links fitted to more sizes are fitted to
+            # these as well).
+            link_sizes=_common_sizes(self, newer),
             add_bytes_per_second={**self.add_bytes_per_second, **newer.add_bytes_per_second},
             step_overhead_seconds={**self.step_overhead_seconds, **newer.step_overhead_seconds},
             step_variation=_merged_per_device(self.step_variation, newer.step_variation),
@@ -214,3 +216,10 @@ def _merged_per_device(older: Mapping, newer: Mapping) -> dict[str, dict[str, fl
     for device, values in newer.items():
         merged.setdefault(device, {}).update(values)
     return merged
+
+
+def _common_sizes(older: Calibration, newer: Calibration) -> tuple[int, ...]:
+    fitted = [c.link_sizes for c in (older, newer) if c.links]
+    if not fitted:
+        return newer.link_sizes or older.link_sizes
+    return tuple(sorted(set(fitted[0]).intersection(*fitted[1:])))

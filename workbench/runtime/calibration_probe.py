@@ -35,16 +35,20 @@ from workbench.runtime.worker_service import device_service
 # speed: fitted through 2 MiB alone, the 2-core machine's shared-memory links read 17 GB/s,
 # while an 8 MiB tensor (a model-parallel activation) crossed at 6 GB/s and 32 MiB at 3.2.
 TRANSFER_SIZES = (1 << 10, 1 << 18, 1 << 21, 1 << 23)
+# Enough for a link's latency: where a strategy times its transfers as whole collectives, its
+# peer links carry only the collectives' meeting messages.
+LATENCY_SIZES = TRANSFER_SIZES[:2]
 ADD_BYTES = 1 << 22
-ADD_PAIRS = 8  # 64 MiB in all
+ADD_PAIRS = 4  # 32 MiB in all: more than a CPU's last-level cache
 # Bumped when what is measured, or how, changes: a cached calibration of another format is
 # measured again.
-CALIBRATION_FORMAT = "5"
+CALIBRATION_FORMAT = "7"
 # Timing a graph: at most this many repeats, within this many seconds of each device's time
-# per graph (a step of the reference MLP takes a few milliseconds: about twenty repeats).
-MAX_REPEATS = 30
+# per graph (a step of the reference MLP takes a few milliseconds: the minimum of repeats; a
+# small model's, well under one: up to twelve). Calibration stays a small share of a short run.
+MAX_REPEATS = 12
+GRAPH_BUDGET_SECONDS = 0.015
 TRIMMED_SHARE = 0.2  # of a graph's slowest runs, left out of its mean
-GRAPH_BUDGET_SECONDS = 0.12
 # How tensors travel between devices, each timed on its own: ``peer`` (one-way Send/Recv over
 # the shared-memory channels or Dask's comms), ``rpc`` (Dask RPCs, as parameter servers are
 # called) and ``ring`` (every device sending right while receiving from the left).
@@ -270,9 +274,10 @@ def measure_transfers(
     repeats: int,
     stall_timeout: float,
     shared_memory: bool = True,
+    sizes: Sequence[int] = TRANSFER_SIZES,
 ) -> list[tuple[int, int, int, float]]:
     """Task on every device: for each ``(source, destination)`` pair in turn, ``repeats``
-    ping-pongs of each of :data:`TRANSFER_SIZES` (the destination echoes the tensor back); a
+    ping-pongs of each of ``sizes`` (the destination echoes the tensor back); a
     one-way time is half a round trip. Returns ``(source, destination, bytes, seconds)``
     medians, measured by the source. ``shared_memory=False`` times Dask's RPCs (what
     parameter-server pulls and pushes use) instead of the peer channels."""
@@ -284,7 +289,7 @@ def measure_transfers(
         for source, destination in pairs:
             if rank not in (source, destination):
                 continue
-            for size in TRANSFER_SIZES:
+            for size in sizes:
                 payload = np.ones(size // 4, np.float32)
                 times = []
                 for index in range(repeats + 1):
@@ -311,8 +316,9 @@ def measure_ring_shifts(
     device_names: list[str],
     repeats: int,
     stall_timeout: float,
+    sizes: Sequence[int] = TRANSFER_SIZES,
 ) -> list[tuple[int, int, int, float]]:
-    """Task on every device: ``repeats`` ring shifts of each of :data:`TRANSFER_SIZES`, every
+    """Task on every device: ``repeats`` ring shifts of each of ``sizes``, every
     rank sending to its right neighbour while receiving from its left into a buffer of its
     own, as each step of a ring all-reduce does (both directions busy at once, which on few
     cores costs more than a send alone). Returns ``(rank, right, bytes, seconds)`` medians."""
@@ -321,7 +327,7 @@ def measure_ring_shifts(
     right, left = (rank + 1) % size, (rank - 1) % size
     results = []
     try:
-        for nbytes in TRANSFER_SIZES:
+        for nbytes in sizes:
             payload = np.ones(nbytes // 4, np.float32)
             received = np.empty_like(payload)
             times = []
@@ -364,7 +370,7 @@ def _chunk_report(device: str, first: int, count: int) -> dict[str, list]:
     return {"events": events, "losses": [(step, 0.0) for step in range(first, first + count)]}
 
 
-def measure_dispatch(session: ClusterSession, steps_per_task: int, repeats: int = 2) -> float:
+def measure_dispatch(session: ClusterSession, steps_per_task: int, repeats: int = 1) -> float:
     """Median seconds for one round of tasks, one pinned to each device, that return a chunk's
     report, submitted, gathered and read as the step loop does between chunks."""
     client = session.client
@@ -460,6 +466,7 @@ def calibrate_session(
     stall_timeout: float = 60.0,
     steps_per_task: int = 20,  # workbench/parallel/step_loop.py's STEPS_PER_TASK
     wires: Sequence[str] = WIRES,
+    link_sizes: Sequence[int] = TRANSFER_SIZES,
 ) -> Calibration:
     """Measure what ``known`` (a cached calibration of the same cluster) lacks: the nodes of
     ``graphs`` not yet timed on each device, and, if ``known`` has none (or fitted them to
@@ -470,8 +477,8 @@ def calibrate_session(
     kind = session.device_type
     signature = session_signature(session)
     known = known if known is not None and known.signature == signature else None
-    if known is not None and known.links and known.link_sizes != TRANSFER_SIZES:
-        # Links fitted to other sizes than these are measured again, every wire of them.
+    if known is not None and known.links and not set(link_sizes) <= set(known.link_sizes):
+        # Links fitted to fewer sizes than these are measured again, every wire of them.
         known = Calibration(**{**known.__dict__, "links": {}, "link_sizes": ()})
     wires_wanted = [wire for wire in wires if not (known and known.has_wire(wire))]
     if known is not None and not wires_wanted and _all_timed(known, names, graphs):
@@ -513,9 +520,11 @@ def calibrate_session(
         host_cores={m["host"]: float(m["cores"]) for m in measured},
         device_addresses=dict(zip(names, session.addresses)),
     )
-    calibration.links.update(_measure_wires(session, wires_wanted, repeats, stall_timeout))
+    calibration.links.update(
+        _measure_wires(session, wires_wanted, repeats, stall_timeout, link_sizes)
+    )
     if wires_wanted:
-        calibration.link_sizes = TRANSFER_SIZES
+        calibration.link_sizes = tuple(link_sizes)
     if known is None or not known.dispatch_seconds:
         calibration.dispatch_seconds = measure_dispatch(session, steps_per_task)
     calibration.measured_seconds = time.perf_counter() - start
@@ -530,6 +539,7 @@ def measure_wires(
     wires: Sequence[str],
     repeats: int,
     stall_timeout: float,
+    sizes: Sequence[int] = TRANSFER_SIZES,
 ) -> list[tuple[str, int, int, int, float]]:
     """Task on every device: each wire of ``wires`` in turn (ping-pongs between every pair
     for ``peer`` and ``rpc``, ring shifts for ``ring``). Returns ``(wire, source, destination,
@@ -541,7 +551,7 @@ def measure_wires(
         wire_run = f"{run_id}-{wire}"
         if wire == "ring":
             found = measure_ring_shifts(
-                wire_run, rank, addresses, device_names, repeats, stall_timeout
+                wire_run, rank, addresses, device_names, repeats, stall_timeout, sizes
             )
         else:
             found = measure_transfers(
@@ -553,13 +563,18 @@ def measure_wires(
                 repeats,
                 stall_timeout,
                 shared_memory=wire == "peer",
+                sizes=sizes,
             )
         rows += [(wire, *row) for row in found]
     return rows
 
 
 def _measure_wires(
-    session: ClusterSession, wires: Sequence[str], repeats: int, stall_timeout: float
+    session: ClusterSession,
+    wires: Sequence[str],
+    repeats: int,
+    stall_timeout: float,
+    sizes: Sequence[int],
 ) -> dict:
     """The links of each wire between the session's devices, fitted (one round of tasks)."""
     if len(session.addresses) < 2 or not wires:
@@ -574,6 +589,7 @@ def _measure_wires(
             list(wires),
             repeats,
             stall_timeout,
+            list(sizes),
             workers=[address],
             pure=False,
             key=f"dtrain-calibrate-links-{rank}-{session.run_id}",

@@ -46,7 +46,12 @@ class ClusterStrategy(StrategyDefinition):
         placer reads the costs)."""
         if job.calibration is None:
             calibrate_run(
-                job, self.device_batch_sizes(job.config), progress, session, wires=self.wires
+                job,
+                self.device_batch_sizes(job.config),
+                progress,
+                session,
+                wires=self.wires,
+                link_sizes=self.link_sizes(job.config),
             )
         return session
 

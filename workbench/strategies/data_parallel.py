@@ -10,6 +10,7 @@ updates. The device side is :mod:`workbench.parallel.data_parallel.replica`.
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from workbench.parallel.model_parallel.device import DeviceSpec, setup_device
 from workbench.parallel.model_parallel.graph import ModelParallelPlan
 from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
+from workbench.runtime.calibration_probe import LATENCY_SIZES, TRANSFER_SIZES
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import ClusterStrategy
 from workbench.strategies.definition import replicas_divide_the_batch
@@ -58,7 +60,7 @@ class DataParallel(ClusterStrategy):
             job.calibration is not None
             and not config.no_calibrate
             and algorithm != "nccl"
-            and config.options.get("replication", "between-graph") == "between-graph"
+            and self.times_its_collectives(config)
         )
         if not wanted:
             return session
@@ -78,7 +80,7 @@ class DataParallel(ClusterStrategy):
             * np.dtype(config.dtype).itemsize
         )
         largest = min(int(config.bucket_mb * 2**20), gradient_bytes)
-        fits = {}
+        fits, started = {}, time.perf_counter()
         for kind in missing:
             fits.update(
                 measure_collective(
@@ -88,7 +90,12 @@ class DataParallel(ClusterStrategy):
         add_to_calibration(
             job,
             session,
-            Calibration(job.calibration.signature, tuple(names), collectives=fits),
+            Calibration(
+                job.calibration.signature,
+                tuple(names),
+                collectives=fits,
+                measured_seconds=time.perf_counter() - started,
+            ),
             progress,
         )
         return session
@@ -108,7 +115,21 @@ class DataParallel(ClusterStrategy):
         count = min(self.group_count(config), len(addresses))
         return tuple(tuple(g) for g in even_groups(len(addresses), count))
 
-    wires = ("ring", "peer")  # the ring's shifts; reduce-to-one's and central storage's sends
+    # The run's own collectives are timed as its replicas run them (``_calibrated``), which
+    # ring shifts would only approximate; the peer links carry the collectives' meeting.
+    wires = ("peer",)
+
+    def link_sizes(self, config: RunConfig) -> tuple[int, ...]:
+        if self.times_its_collectives(config):
+            return LATENCY_SIZES
+        return TRANSFER_SIZES  # in-graph towers' Send/Recv, NCCL: the links as they are
+
+    def times_its_collectives(self, config: RunConfig) -> bool:
+        """Whether calibration times this run's collectives as its replicas run them (not
+        NCCL's, not in-graph towers')."""
+        return config.options.get("replication", "between-graph") == "between-graph" and not (
+            config.device_type == "gpu" and self.algorithm(config, "gpu") == "nccl"
+        )
 
     def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
         return (config.batch_size // config.devices,)

@@ -19,6 +19,7 @@ from workbench.events import EventLog
 from workbench.models import Sequential
 from workbench.parallel.pipeline.stages import StageError, split_layers
 from workbench.runtime import device_name
+from workbench.runtime.calibration_probe import TRANSFER_SIZES
 from workbench.training.job import Progress, TrainedModel, TrainingJob
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
@@ -76,6 +77,11 @@ class StrategyDefinition(ABC):
     # How the devices' tensors travel (``workbench.runtime.calibration_probe.WIRES``): what
     # calibration at run start times, so a run pays only for the links it uses.
     wires: ClassVar[tuple[str, ...]] = ("peer",)
+
+    def link_sizes(self, config: RunConfig) -> tuple[int, ...]:
+        """The transfer sizes calibration fits this strategy's links to (all of them: its
+        tensors cross the links as they are)."""
+        return TRANSFER_SIZES
 
     def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
         """The batch sizes the run's devices compute on (a replica's share, a micro-batch):

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from workbench.costs import Calibration
 from workbench.ir import Graph
 from workbench.runtime.calibration_probe import (
+    TRANSFER_SIZES,
     calibrate_in_process,
     calibrate_session,
     cluster_signature,
@@ -63,6 +64,7 @@ def calibrate_run(
     in_process_device: str | None = None,
     store: RunStore | None = None,
     wires: Sequence[str] = ("peer",),
+    link_sizes: Sequence[int] = TRANSFER_SIZES,
 ) -> Calibration | None:
     """The run's calibration, measured on ``session``'s devices (or in this process, as
     ``in_process_device``), cached in the run store; sets ``job.calibration``."""
@@ -80,7 +82,12 @@ def calibrate_run(
     graphs = timed_graphs(job, batch_sizes)
     if session is not None:
         calibration = calibrate_session(
-            session, graphs, known=cached, stall_timeout=job.config.stall_timeout, wires=wires
+            session,
+            graphs,
+            known=cached,
+            stall_timeout=job.config.stall_timeout,
+            wires=wires,
+            link_sizes=link_sizes,
         )
     else:
         calibration = calibrate_in_process(graphs, in_process_device, job.device_type, cached)
@@ -104,6 +111,7 @@ def add_to_calibration(
     assert job.calibration is not None
     calibration = job.calibration.merged(measured)
     (store or RunStore()).save_calibration(session_signature(session), calibration.to_json())
-    progress(f"[calibrate] {', '.join(measured.collectives) or 'more'} timed")
+    kinds = sorted({key.split(" over ")[0] for key in measured.collectives}) or ["more"]
+    progress(f"[calibrate] {', '.join(kinds)} timed in {measured.measured_seconds:.2f} s")
     job.calibration = calibration
     return calibration

@@ -1,0 +1,110 @@
+"""The ``calibration`` suite: what calibrating at run start costs a short run.
+
+A user's first run on a cluster calibrates before its first step; later runs read the cache.
+Here every run is a first run (a run store of its own): ``mirrored`` on 2 devices, the digits
+defaults, 10 epochs, as ``dtrain run`` runs it, alternately with calibration and with
+``--no-calibrate``. Two figures: the calibration's own timer (its measuring, summed, over the
+run's wall time) and the difference of the runs' median wall times (what calibrating adds to
+a run, net of the first-use costs, imports and first touches, that a run pays either way).
+Target: under 3% of the run's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from workbench.bench.distributed_suites import Progress, spread
+from workbench.bench.planner_suite import own_run_store
+from workbench.config import RunConfig
+from workbench.launch.runner import run_training
+
+SHARE = 0.03
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    strategy: str = "mirrored"
+    devices: int = 2
+    epochs: int = 10
+    repeats: int = 5
+    seed: int = 0
+
+
+def _run(settings: CalibrationSettings, calibrate: bool) -> dict[str, float]:
+    config = RunConfig(
+        strategy=settings.strategy,
+        devices=settings.devices,
+        epochs=settings.epochs,
+        seed=settings.seed,
+        no_calibrate=not calibrate,
+        device_type="cpu",
+    )
+    with own_run_store():
+        lines: list[str] = []
+        result = run_training(config, progress=lines.append)
+    measuring = sum(
+        float(line.split(" in ")[1].split(" s")[0])
+        for line in lines
+        if line.startswith("[calibrate]") and " timed in " in line
+    )
+    return {"wall": result.summary["wall_seconds"], "measuring": measuring}
+
+
+def run_calibration_suite(settings: CalibrationSettings, progress: Progress) -> dict[str, Any]:
+    runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    for index in range(settings.repeats):
+        for calibrate in (True, False) if index % 2 == 0 else (False, True):
+            label = "calibrating" if calibrate else "--no-calibrate"
+            progress(f"repeat {index + 1}/{settings.repeats}: {label}")
+            runs[calibrate].append(_run(settings, calibrate))
+            progress(f"  {runs[calibrate][-1]['wall']:.3f} s")
+    calibrated = spread([run["wall"] for run in runs[True]])
+    uncalibrated = spread([run["wall"] for run in runs[False]])
+    measuring = spread([run["measuring"] for run in runs[True]])
+    own_share = measuring["median"] / calibrated["median"]
+    added_share = (calibrated["median"] - uncalibrated["median"]) / uncalibrated["median"]
+    return {
+        "suite": "calibration",
+        "settings": asdict(settings),
+        "calibrated_wall_s": calibrated,
+        "uncalibrated_wall_s": uncalibrated,
+        "measuring_s": measuring,
+        "own_share": own_share,
+        "added_share": added_share,
+        "met": own_share < SHARE,
+    }
+
+
+def run_from_args(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
+    return run_calibration_suite(
+        CalibrationSettings(repeats=args.repeats, seed=args.seed), progress
+    )
+
+
+def render(result: dict[str, Any]) -> str:
+    settings = result["settings"]
+    calibrated, uncalibrated = result["calibrated_wall_s"], result["uncalibrated_wall_s"]
+    measuring = result["measuring_s"]
+    verdict = "met" if result["met"] else "NOT met"
+    return "\n".join(
+        [
+            f"### calibration: {settings['strategy']} on {settings['devices']} devices, digits, "
+            f"{settings['epochs']} epochs, each run a first run, {settings['repeats']} of each, "
+            "alternating",
+            "",
+            "| | median | min - max |",
+            "|---|---:|---:|",
+            f"| wall, calibrating (s) | {calibrated['median']:.3f} | "
+            f"{calibrated['min']:.3f} - {calibrated['max']:.3f} |",
+            f"| wall, --no-calibrate (s) | {uncalibrated['median']:.3f} | "
+            f"{uncalibrated['min']:.3f} - {uncalibrated['max']:.3f} |",
+            f"| calibration's own timer (s) | {measuring['median']:.3f} | "
+            f"{measuring['min']:.3f} - {measuring['max']:.3f} |",
+            "",
+            f"- calibration's own timer: {result['own_share']:.1%} of the run's wall time; "
+            f"wall time added: {result['added_share']:+.1%} (target: under 3%): {verdict} "
+            "(on the timer)",
+        ]
+    )
