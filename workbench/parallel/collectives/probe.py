@@ -26,7 +26,7 @@ from workbench.parallel.collectives import allreduce, broadcast, reduce
 from workbench.runtime.calibration_probe import TRANSFER_SIZES, ring_barrier
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.peer_transport import PeerTransport
-from workbench.runtime.worker_service import device_service
+from workbench.runtime.worker_service import SERVICE_NAME, device_service
 
 # Central storage's halves, run on the replica's own thread; the rest are all-reduce
 # algorithms, run on its communication thread.
@@ -77,10 +77,17 @@ def time_collective(
                     total *= 1.0 / transport.size  # the replica's mean, as it takes it
                 times.append(time.perf_counter() - start)
             results.append((nbytes, statistics.median(times[1:])))
+        # No rank drops the channels while a peer still hands a segment back through them.
+        ring_barrier(transport, "calibrate/done")
     finally:
         communication.shutdown()
         device_service().forget(run_id)
     return results
+
+
+def _forget(run_id: str, dask_worker=None) -> None:
+    """On a worker's event loop (``client.run``): drop what ``run_id`` left there."""
+    dask_worker.plugins[SERVICE_NAME].forget(run_id)
 
 
 def measure_collective(
@@ -99,10 +106,11 @@ def measure_collective(
     sizes = [size for size in TRANSFER_SIZES if size < largest]
     sizes = [*sizes, *(size for size in TRANSFER_SIZES if size >= largest)][: len(sizes) + 1]
     sizes = sizes if len(sizes) >= 2 else list(TRANSFER_SIZES[:2])
+    run_id = f"{session.run_id}-calibrate-{kind}"
     futures = [
         session.client.submit(
             time_collective,
-            f"{session.run_id}-calibrate-{kind}",
+            run_id,
             rank,
             session.addresses,
             session.device_names,
@@ -117,9 +125,12 @@ def measure_collective(
         )
         for rank, address in enumerate(session.addresses)
     ]
+    gathered = session.client.gather(futures)
+    # Segments handed back after a rank had forgotten the run were made again: gone now.
+    session.client.run(_forget, run_id, workers=list(session.addresses))
     # The collective ends when its slowest rank has its result: the largest time per size.
     slowest: dict[int, float] = {}
-    for rows in session.client.gather(futures):
+    for rows in gathered:
         for nbytes, seconds in rows:
             slowest[nbytes] = max(slowest.get(nbytes, 0.0), seconds)
     names = session.device_names
