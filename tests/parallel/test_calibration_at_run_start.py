@@ -30,6 +30,7 @@ def test_a_run_reports_its_predicted_step_and_caches_its_calibration(store_root)
     lines: list[str] = []
     first = run_training(RunConfig(**RUN), progress=lines.append).summary
     assert first["predicted_step_ms"] > 0 and first["measured_step_ms"] > 0
+    assert first["calibration_seconds"] > 0
     (cached,) = calibrations(store_root)
     assert len(cached.devices) == 2
     assert cached.links and cached.dispatch_seconds > 0
@@ -41,7 +42,8 @@ def test_a_run_reports_its_predicted_step_and_caches_its_calibration(store_root)
 
     # The same cluster and model again: everything is cached, nothing is measured anew.
     again: list[str] = []
-    run_training(RunConfig(**RUN), progress=again.append)
+    second = run_training(RunConfig(**RUN), progress=again.append).summary
+    assert second["calibration_seconds"] == 0
     (reused,) = calibrations(store_root)
     assert reused.measured_seconds < cached.measured_seconds + 0.01
     assert reused.links == cached.links and reused.collectives == cached.collectives

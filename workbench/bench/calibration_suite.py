@@ -42,14 +42,8 @@ def _run(settings: CalibrationSettings, calibrate: bool) -> dict[str, float]:
         device_type="cpu",
     )
     with own_run_store():
-        lines: list[str] = []
-        result = run_training(config, progress=lines.append)
-    measuring = sum(
-        float(line.split(" in ")[1].split(" s")[0])
-        for line in lines
-        if line.startswith("[calibrate]") and " timed in " in line
-    )
-    return {"wall": result.summary["wall_seconds"], "measuring": measuring}
+        summary = run_training(config, progress=lambda line: None).summary
+    return {"wall": summary["wall_seconds"], "measuring": summary.get("calibration_seconds", 0.0)}
 
 
 def run_calibration_suite(settings: CalibrationSettings, progress: Progress) -> dict[str, Any]:

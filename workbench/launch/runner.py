@@ -185,6 +185,8 @@ def predicted_figures(
     return {
         "predicted_step_ms": round(prediction.step_seconds * 1e3, 4),
         "measured_step_ms": round(measured, 4) if measured else None,
+        # What calibrating took this run, before its first step (0: all of it cached).
+        "calibration_seconds": round(job.calibration_seconds, 4),
     }, prediction
 
 

@@ -96,6 +96,7 @@ def calibrate_run(
         store.save_calibration(signature, calibration.to_json())
     progress(f"[calibrate] devices timed in {spent:.2f} s ({'cached' if cached else 'new'})")
     job.calibration = calibration
+    job.calibration_seconds += max(spent, 0.0)
     return calibration
 
 
@@ -114,4 +115,5 @@ def add_to_calibration(
     kinds = sorted({key.split(" over ")[0] for key in measured.collectives}) or ["more"]
     progress(f"[calibrate] {', '.join(kinds)} timed in {measured.measured_seconds:.2f} s")
     job.calibration = calibration
+    job.calibration_seconds += measured.measured_seconds
     return calibration

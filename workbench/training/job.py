@@ -77,6 +77,7 @@ class TrainingJob:
     # What the run's devices were measured to cost (workbench/training/calibration.py); None
     # until the run has calibrated, or when it does not.
     calibration: Calibration | None = None
+    calibration_seconds: float = 0.0  # what measuring took this run (0: all cached)
 
     def devices_start_at(self) -> int:
         return self.first_step if self.restored_step is None else self.restored_step

@@ -60,9 +60,14 @@ def time_collective(
     communication = ThreadPoolExecutor(1, thread_name_prefix="allreduce")
     results = []
     try:
+        # One untimed all-reduce first: the transport's first uses (opening channels, probing
+        # shared memory) are not any size's cost.
+        warm = np.ones(max(sizes[0] // 4, transport.size), np.float32)
+        ring_barrier(transport, "calibrate/warm/barrier")
+        _collective(transport, warm, "calibrate/warm", kind, groups)
         for nbytes in sizes:
             times = []
-            for index in range(repeats + 1):
+            for index in range(repeats):
                 bucket = np.ones(nbytes // 4, np.float32)
                 key = f"calibrate/{kind}/{nbytes}/{index}"
                 ring_barrier(transport, key + "/barrier")
@@ -76,7 +81,7 @@ def time_collective(
                 if total is not None and kind != "broadcast":
                     total *= 1.0 / transport.size  # the replica's mean, as it takes it
                 times.append(time.perf_counter() - start)
-            results.append((nbytes, statistics.median(times[1:])))
+            results.append((nbytes, statistics.median(times)))
         # No rank drops the channels while a peer still hands a segment back through them.
         ring_barrier(transport, "calibrate/done")
     finally:
