@@ -100,7 +100,7 @@ def measure_collective(
     kind: str,
     groups: Sequence[Sequence[int]],
     largest: int,
-    repeats: int = 2,
+    repeats: int = 3,
     stall_timeout: float = 60.0,
 ) -> dict[str, LinkFit]:
     """The collective ``kind`` (see :func:`time_collective`) over the session's devices,
