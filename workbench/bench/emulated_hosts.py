@@ -27,17 +27,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.runtime.cluster import WORKER_ENVIRONMENT
+
 SUBNET = "10.213.0"  # host k is SUBNET.(k + 1); this process is SUBNET.254
 CLIENT_ADDRESS = f"{SUBNET}.254"
-# What the worker processes get, as the workbench's own local clusters give theirs
-# (workbench/runtime/cluster.py): one BLAS thread, no trimming of freed memory every step.
-WORKER_ENVIRONMENT = {
-    "OMP_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
-    "MALLOC_TRIM_THRESHOLD_": str(256 << 20),
-}
 
 
 class HostsUnavailable(RuntimeError):
@@ -105,6 +98,8 @@ def _link(prefix: str, index: int, switch: str, namespace: str | None, address: 
 
 
 def _start(namespace: str, argv: list[str], log: Path) -> subprocess.Popen:
+    # What the workbench's own local clusters give their workers (one BLAS thread, no
+    # trimming of freed memory every step).
     environment = {**os.environ, **WORKER_ENVIRONMENT}
     with open(log, "wb") as output:
         return subprocess.Popen(

@@ -57,6 +57,25 @@ class ClusterSession:
             raise ClusterError(f"closing the cluster failed: {errors[0]}")
 
 
+# The worker environment, set before each worker process is spawned (glibc reads its malloc
+# variables at process start, BLAS its thread counts at import). One BLAS/OpenMP thread per
+# worker: a worker is one device running one kernel stream. glibc's malloc thresholds fixed
+# (mmap 32 MiB, trim 256 MiB; as ``dtrain bench`` fixes them, see workbench/bench/timing.py):
+# distributed's default ``MALLOC_TRIM_THRESHOLD_=65536`` hands freed step temporaries back to
+# the OS, so steps page-fault their buffers in again. Measured on the 2-core development
+# machine (reference MLP 784-512-512-10, mirrored on 2 devices, batch 256, 200 steps, 4 runs
+# each, alternating; medians): minor page faults per step and device 3,878 -> 0, samples/s
+# 9,400 -> 17,900; per step compute 12.3 -> 7.0 ms, all-reduce 12.2 -> 6.3 ms, update 1.9 ->
+# 0.4 ms.
+WORKER_ENVIRONMENT = {
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(256 << 20),
+}
+
+
 def local_device_type(requested: str, devices: int) -> str:
     """The device type of a local cluster of ``devices`` workers on this machine, decided
     before it starts: ``gpu`` needs a GPU per device, ``auto`` takes GPUs only if there are
@@ -103,33 +122,16 @@ def local_cpu_cluster(devices: int, protocol: str, scheduler_options: dict):
     import dask
     from distributed import LocalCluster
 
-    # The worker environment, set before each worker process is spawned (glibc reads its
-    # malloc variables at process start, BLAS its thread counts at import). One BLAS/OpenMP
-    # thread per worker: a worker is one device running one kernel stream. glibc's malloc
-    # thresholds fixed (mmap 32 MiB, trim 256 MiB; as ``dtrain bench`` fixes them, see
-    # workbench/bench/timing.py): distributed's default ``MALLOC_TRIM_THRESHOLD_=65536`` hands
-    # freed step temporaries back to the OS, so steps page-fault their buffers in again.
-    # Measured on the 2-core development machine (reference MLP 784-512-512-10, mirrored on 2
-    # devices, batch 256, 200 steps, 4 runs each, alternating; medians): minor page faults per
-    # step and device 3,878 -> 0, samples/s 9,400 -> 17,900; per step compute 12.3 -> 7.0 ms,
-    # all-reduce 12.2 -> 6.3 ms, update 1.9 -> 0.4 ms.
     # Distributed lets a variable already in this process's environment override its config,
     # and its nannies copy their pre-spawn variables into this process's environment (so the
     # first cluster's values would stick), hence the values are put there too while the
     # workers spawn, and the previous ones restored afterwards.
-    worker_environment = {
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
-        "MALLOC_TRIM_THRESHOLD_": str(256 << 20),
-    }
     pre_spawn = {
         **dask.config.get("distributed.nanny.pre-spawn-environ", default={}),
-        **worker_environment,
+        **WORKER_ENVIRONMENT,
     }
-    previous = {name: os.environ.get(name) for name in worker_environment}
-    os.environ.update(worker_environment)
+    previous = {name: os.environ.get(name) for name in WORKER_ENVIRONMENT}
+    os.environ.update(WORKER_ENVIRONMENT)
     try:
         with dask.config.set({"distributed.nanny.pre-spawn-environ": pre_spawn}):
             return LocalCluster(

@@ -51,7 +51,7 @@ class ClusterStrategy(StrategyDefinition):
                 progress,
                 session,
                 wires=self.wires,
-                link_sizes=self.link_sizes(job.config),
+                link_sizes=self.link_sizes(job.config, session.device_type),
             )
         return session
 

@@ -59,8 +59,7 @@ class DataParallel(ClusterStrategy):
         wanted = (
             job.calibration is not None
             and not config.no_calibrate
-            and algorithm != "nccl"
-            and self.times_its_collectives(config)
+            and self.times_its_collectives(config, session.device_type)
         )
         if not wanted:
             return session
@@ -119,17 +118,16 @@ class DataParallel(ClusterStrategy):
     # ring shifts would only approximate; the peer links carry the collectives' meeting.
     wires = ("peer",)
 
-    def link_sizes(self, config: RunConfig) -> tuple[int, ...]:
-        if self.times_its_collectives(config):
+    def link_sizes(self, config: RunConfig, device_type: str) -> tuple[int, ...]:
+        if self.times_its_collectives(config, device_type):
             return LATENCY_SIZES
         return TRANSFER_SIZES  # in-graph towers' Send/Recv, NCCL: the links as they are
 
-    def times_its_collectives(self, config: RunConfig) -> bool:
-        """Whether calibration times this run's collectives as its replicas run them (not
-        NCCL's, not in-graph towers')."""
-        return config.options.get("replication", "between-graph") == "between-graph" and not (
-            config.device_type == "gpu" and self.algorithm(config, "gpu") == "nccl"
-        )
+    def times_its_collectives(self, config: RunConfig, device_type: str) -> bool:
+        """Whether calibration times this run's collectives, on ``device_type`` devices, as
+        its replicas run them (not NCCL's, not in-graph towers')."""
+        between_graph = config.options.get("replication", "between-graph") == "between-graph"
+        return between_graph and self.algorithm(config, device_type) != "nccl"
 
     def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
         return (config.batch_size // config.devices,)

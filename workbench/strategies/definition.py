@@ -78,9 +78,9 @@ class StrategyDefinition(ABC):
     # calibration at run start times, so a run pays only for the links it uses.
     wires: ClassVar[tuple[str, ...]] = ("peer",)
 
-    def link_sizes(self, config: RunConfig) -> tuple[int, ...]:
-        """The transfer sizes calibration fits this strategy's links to (all of them: its
-        tensors cross the links as they are)."""
+    def link_sizes(self, config: RunConfig, device_type: str) -> tuple[int, ...]:
+        """The transfer sizes calibration fits this strategy's links to, on ``device_type``
+        devices (all of them: its tensors cross the links as they are)."""
         return TRANSFER_SIZES
 
     def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
