@@ -20,10 +20,15 @@ from workbench.charts.live_charts import PHASE_COLOURS
 SOURCES = ("predicted", "measured")
 
 
-def step_comparison(rows: Sequence[dict], title: str = "one step: predicted and measured"):
-    """A Bokeh figure of ``rows`` (see the module docstring), devices in their first-seen
-    order, each with its predicted row above its measured one."""
-    devices = list(dict.fromkeys(row["device"] for row in rows))
+def step_comparison(
+    rows: Sequence[dict],
+    title: str = "one step: predicted and measured",
+    devices: Sequence[str] = (),
+):
+    """A Bokeh figure of ``rows`` (see the module docstring), ``devices`` first in their order
+    (rank order), then any other in first-seen order, each with its predicted row above its
+    measured one."""
+    devices = list(dict.fromkeys([*devices, *(row["device"] for row in rows)]))
     factors = [(device, source) for device in devices for source in SOURCES]
     data = {
         "y": [(row["device"], row["source"]) for row in rows],

@@ -81,4 +81,4 @@ def compare_step(run: Any, step: int | None = None):
         f"{result.summary['strategy']}: predicted step "
         f"{result.prediction.step_seconds * 1e3:.2f} ms, measured step {chosen}"
     )
-    return step_comparison(predicted + measured, title)
+    return step_comparison(predicted + measured, title, result.prediction.devices)
