@@ -65,3 +65,21 @@ def test_every_node_of_a_training_step_is_timed_at_its_shapes():
     assert any(signature.startswith("matmul(8x32:float32,32x16") for signature in times)
     assert any(signature.startswith("apply_adam(") for signature in times)
     assert all(seconds >= 0 for seconds in times.values())
+
+
+def test_a_parameter_server_run_times_its_workers_pulls_and_pushes(store_root):
+    """Each worker's pulls and pushes, all workers calling the shards at once, are timed
+    before the first step and cached for the planner."""
+    run = RunConfig(**{**RUN, "strategy": "parameter-server", "ps": 1})
+    summary = run_training(run, progress=lambda line: None).summary
+    assert summary["predicted_step_ms"] > 0
+    (cached,) = calibrations(store_root)
+    devices = list(cached.devices)
+    assert len(devices) == 3
+    assert set(cached.collectives) == {
+        collective_key("ps-pull", devices),
+        collective_key("ps-push", devices),
+    }
+    for fit in cached.collectives.values():
+        # A pull or push of the MLP's shard takes its RPC's fixed cost and more.
+        assert 0 < fit.latency < 1.0 and fit.bandwidth > 0

@@ -6,8 +6,10 @@ import math
 import pytest
 
 from workbench.config import RunConfig
+from workbench.costs import collective_key
 from workbench.models import build_model
 from workbench.optim import make_optimizer
+from workbench.parallel.parameter_server.partitioner import place_variables, shard_bytes
 from workbench.planner.device_costs import DeviceCosts
 from workbench.planner.predict import PlanningError, predict
 from workbench.simulate import Link
@@ -25,7 +27,7 @@ class EveryNodeOneMillisecond:
 FREE = Link(0.0, math.inf)
 
 
-def costs(link=FREE, overhead=0.0, dispatch=0.0) -> DeviceCosts:
+def costs(link=FREE, overhead=0.0, dispatch=0.0, collectives=None) -> DeviceCosts:
     return DeviceCosts(
         cost_model=EveryNodeOneMillisecond(),
         peer_links={},
@@ -36,6 +38,7 @@ def costs(link=FREE, overhead=0.0, dispatch=0.0) -> DeviceCosts:
         step_overhead_seconds=overhead,
         dispatch_seconds=dispatch,
         source="literal",
+        collectives=collectives or {},
     )
 
 
@@ -133,6 +136,34 @@ def test_async_parameter_servers_overlap_one_workers_update_with_the_others_comp
     )
     assert run_async.rounds > 1
     assert gradients + update <= run_async.step_seconds < gradients + 2 * update
+
+
+def test_measured_pulls_and_pushes_replace_the_simulated_rpcs():
+    """Where calibration timed the workers' pulls and pushes as they run them (all at once),
+    a sync step is: the pulls from every shard, the gradients, the pushes to every shard,
+    then the shards' update, each RPC taking its measured latency plus bytes / bandwidth."""
+    run = config(strategy="parameter-server", devices=2, ps=2, mode="sync")
+    devices = predict(run, MODEL, OPTIMIZER, costs()).devices
+    measured = {
+        collective_key("ps-pull", devices): Link(1e-3, 1e6),
+        collective_key("ps-push", devices): Link(2e-3, 1e6),
+    }
+    prediction = predict(run, MODEL, OPTIMIZER, costs(Link(5e-3, 1.0), collectives=measured))
+    gradients = executed(build_training_graph(MODEL, None, 4, "float32").graph) * NODE
+    pieces = place_variables(MODEL.parameter_shapes(), 2, 4)
+    held = shard_bytes(pieces, 2, 4)
+    updates = [
+        executed(
+            build_update_graph(
+                MODEL, OPTIMIZER, "float32", sorted({p.variable for p in pieces if p.shard == k})
+            )
+        )
+        * NODE
+        for k in range(2)
+    ]
+    exchange = sum(1e-3 + 2e-3 + 2 * n / 1e6 for n in held)
+    # The slow rpc links (5 ms, 1 B/s) are not used: the measured exchange stands for them.
+    assert prediction.step_seconds == pytest.approx(gradients + exchange + max(updates))
 
 
 def test_compression_shrinks_what_a_replica_sends_by_the_codecs_ratio():

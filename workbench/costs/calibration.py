@@ -6,7 +6,9 @@
   several sizes over the transport the run uses (:func:`fit_link`); ``link_sizes``: those
   sizes (links fitted to other sizes are measured again);
 - ``collectives[key]``: latency and bandwidth fitted to whole all-reduces as a replica runs
-  them (its communication thread, the peer transport), keyed by :func:`collective_key`;
+  them (its communication thread, the peer transport), and to a parameter-server worker's
+  pulls and pushes as it runs them, keyed by :func:`collective_key`; ``compute_stretch[key]``:
+  how much longer a worker computes while that exchange runs beside it;
 - ``add_bytes_per_second[device]``: how fast the device adds a received tensor into its own
   (the arithmetic of a reduction);
 - ``dispatch_seconds``: one round of Dask tasks, one per device, submitted and gathered (what
@@ -110,6 +112,10 @@ class Calibration:
     op_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
     links: dict[str, LinkFit] = field(default_factory=dict)
     collectives: dict[str, LinkFit] = field(default_factory=dict)
+    # How much longer a step's compute takes while its exchange runs beside it as in the run
+    # (a parameter-server worker's gradients while the shards answer the other workers),
+    # over the same compute alone; keyed like the exchange, by :func:`collective_key`.
+    compute_stretch: dict[str, float] = field(default_factory=dict)
     link_sizes: tuple[int, ...] = ()
     add_bytes_per_second: dict[str, float] = field(default_factory=dict)
     step_overhead_seconds: dict[str, float] = field(default_factory=dict)
@@ -130,6 +136,11 @@ class Calibration:
         known = self.op_seconds.get(device, {})
         return sorted({s for s in signatures if s not in known})
 
+    def has_measured(self, key: str) -> bool:
+        """Whether a strategy's own exchange under ``key`` (:func:`collective_key`) was
+        timed: a collective's fit, or a compute stretch beside an exchange."""
+        return key in self.collectives or key in self.compute_stretch
+
     def has_wire(self, wire: str) -> bool:
         """Whether any link of this kind (``peer``, ``rpc``, ``ring``) was measured."""
         suffix = "" if wire == "peer" else f" [{wire}]"
@@ -146,6 +157,7 @@ class Calibration:
             op_seconds=_merged_per_device(self.op_seconds, newer.op_seconds),
             links={**self.links, **newer.links},
             collectives={**self.collectives, **newer.collectives},
+            compute_stretch={**self.compute_stretch, **newer.compute_stretch},
             # The sizes every link was fitted to (links fitted to more sizes are fitted to
             # these as well).
             link_sizes=_common_sizes(self, newer),
@@ -169,6 +181,7 @@ class Calibration:
                 "collectives": {
                     key: [fit.latency, fit.bandwidth] for key, fit in self.collectives.items()
                 },
+                "compute_stretch": self.compute_stretch,
                 "link_sizes": list(self.link_sizes),
                 "add_bytes_per_second": self.add_bytes_per_second,
                 "step_overhead_seconds": self.step_overhead_seconds,
@@ -199,6 +212,7 @@ class Calibration:
             op_seconds={d: dict(times) for d, times in data["op_seconds"].items()},
             links={key: LinkFit(*pair) for key, pair in data["links"].items()},
             collectives={key: LinkFit(*pair) for key, pair in data.get("collectives", {}).items()},
+            compute_stretch=dict(data.get("compute_stretch", {})),
             link_sizes=tuple(data.get("link_sizes", ())),
             add_bytes_per_second=dict(data["add_bytes_per_second"]),
             step_overhead_seconds=dict(data.get("step_overhead_seconds", {})),

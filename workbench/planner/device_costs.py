@@ -62,6 +62,8 @@ class DeviceCosts:
     device_addresses: dict[str, str] = field(default_factory=dict)  # measured devices' workers
     # Whole all-reduces as the replicas run them, measured (by collective_key).
     collectives: dict[str, Link] = field(default_factory=dict)
+    # How much longer compute takes beside a measured exchange (by collective_key).
+    compute_stretch: dict[str, float] = field(default_factory=dict)
     # Node times asked again (the same graph on every replica): answered once. A described
     # cluster's devices are alike, so its answers are shared by every device.
     _known: dict = field(default_factory=dict, compare=False, repr=False)
@@ -77,11 +79,17 @@ class DeviceCosts:
         return seconds
 
     def measured_collective(
-        self, kind: str, devices: Sequence[str], groups: Sequence[Sequence[str]] | None
+        self, kind: str, devices: Sequence[str], groups: Sequence[Sequence[str]] | None = None
     ) -> Link | None:
-        """The collective ``kind`` (an all-reduce algorithm, ``reduce`` or ``broadcast``) of
-        ``devices`` (in rank order) as calibration timed it, if it did."""
+        """The collective ``kind`` (an all-reduce algorithm, ``reduce`` or ``broadcast``, a
+        parameter-server worker's ``ps-pull`` or ``ps-push``) of ``devices`` (in rank order)
+        as calibration timed it, if it did."""
         return self.collectives.get(collective_key(kind, devices, groups))
+
+    def stretch_beside(self, kind: str, devices: Sequence[str]) -> float:
+        """How much longer ``devices`` compute while their exchange ``kind`` runs beside it,
+        as calibration timed it (1 if it did not)."""
+        return self.compute_stretch.get(collective_key(kind, devices), 1.0)
 
     def variation(self, graph: Graph) -> float:
         """How much a run of ``graph`` varies (spread over median): measured, else 0."""
@@ -199,6 +207,7 @@ def measured_costs(calibration: Calibration) -> DeviceCosts:
             key: Link(fit.latency, fit.bandwidth, "allreduce")
             for key, fit in calibration.collectives.items()
         },
+        compute_stretch=dict(calibration.compute_stretch),
     )
 
 

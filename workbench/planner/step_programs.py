@@ -9,6 +9,7 @@ outside the programs (the client's dispatch, a step's overhead beyond its nodes)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ from workbench.optim import Optimizer
 from workbench.parallel.collectives import plan_buckets
 from workbench.parallel.collectives.compression import CompressionSpec, parse_compression
 from workbench.parallel.model_parallel.graph import build_model_parallel_graph
-from workbench.parallel.parameter_server.partitioner import place_variables
+from workbench.parallel.parameter_server.partitioner import place_variables, shard_bytes
 from workbench.parallel.pipeline.schedules import make_schedule
 from workbench.parallel.pipeline.stages import build_stage_graphs, split_layers
 from workbench.planner.compressed_buckets import bucket_exchange
@@ -30,6 +31,7 @@ from workbench.planner.stragglers import straggler_factor
 from workbench.simulate import (
     Action,
     Compute,
+    Link,
     LinkModel,
     Recv,
     Send,
@@ -37,6 +39,7 @@ from workbench.simulate import (
     Wait,
     pipeline_programs,
     push_pull,
+    uniform,
 )
 from workbench.training.graphs import build_training_graph, build_update_graph, gradient_name
 
@@ -203,65 +206,134 @@ def parameter_server_step(
     applies the update, which the next step's pulls wait for (so every worker waits for the
     slowest). Async: a shard applies each push as it comes, answering pushes in turn, and no
     worker waits for another; a step is one push from each worker (the run counts an update
-    per push, a step per ``workers`` updates), here one round of them."""
+    per push, a step per ``workers`` updates), here one round of them.
+
+    Where calibration timed the workers' pulls and pushes as they run them
+    (``parallel/parameter_server/exchange_probe.py``), each is that time, the shards' answers
+    free signals, and the gradients take as much longer as they did in that loop; otherwise
+    each RPC is simulated on the ``rpc`` links, its payload unpacked by the receiver."""
     itemsize = np.dtype(dtype).itemsize
     graph = build_training_graph(model, None, batch // len(workers), dtype).graph
     pieces = place_variables(model.parameter_shapes(), len(shards), itemsize, partition_min_bytes)
-    shard_bytes = [0] * len(shards)
-    shard_names: list[list[str]] = [[] for _ in shards]
-    for piece in pieces:
-        shard_bytes[piece.shard] += int(np.prod(piece.shape)) * itemsize
-        shard_names[piece.shard].append(piece.variable)
+    held = shard_bytes(pieces, len(shards), itemsize)
+    shard_names = [sorted({p.variable for p in pieces if p.shard == k}) for k in range(len(shards))]
+    exchange = _ps_exchange(costs, workers, shards, held)
     programs: dict[str, list[Action]] = {device: [] for device in [*workers, *shards]}
-
-    def unpack(source: str, target: str, nbytes: int, phase: str) -> Compute:
-        # An RPC's payload is copied out of the socket and deserialised by the receiver: CPU
-        # work on its host, as putting it on the wire was on the sender's.
-        return Compute(costs.rpc_link(source, target).put_seconds(nbytes), "unpack", phase)
-
     rounds = 1 if synchronous else ASYNC_ROUNDS
+    # The slowest worker (sync), and the shards' answers to the others on the same cores
+    # (as calibration timed the loop; 1 if it did not).
     stretch = straggler_factor(costs.variation(graph), len(workers) if synchronous else 1)
-    computing = {
-        worker: node_actions(graph, costs, worker, lambda node: (), stretch=stretch)
-        for worker in workers
-    }
+    stretch *= costs.stretch_beside("ps-exchange", [*workers, *shards])
     for worker in workers:
+        computing = node_actions(graph, costs, worker, lambda node: (), stretch=stretch)
         for turn in range(rounds):
-            for shard, nbytes in zip(shards, shard_bytes):
-                programs[worker] += [
-                    Recv(shard, f"pull/{worker}/{turn}", phase="ps-pull"),
-                    unpack(shard, worker, nbytes, "ps-pull"),
-                ]
-            programs[worker] += computing[worker]
-            for shard, nbytes in zip(shards, shard_bytes):
-                programs[worker] += [
-                    Send(shard, nbytes, f"push/{worker}/{turn}", phase="ps-push"),
-                    Recv(shard, f"ack/{worker}/{turn}", phase="ps-push"),
-                ]
-    for shard, nbytes, names in zip(shards, shard_bytes, shard_names):
-        update = build_update_graph(model, optimizer, dtype, sorted(set(names)))
+            programs[worker] += [*exchange.pull(worker, turn), *computing]
+            programs[worker] += exchange.push(worker, turn)
+    for shard, nbytes, names in zip(shards, held, shard_names):
+        update = build_update_graph(model, optimizer, dtype, names)
         update_seconds = graph_seconds(update, costs, shard)
         for worker in workers:
-            programs[shard].append(Send(worker, nbytes, f"pull/{worker}/0", phase="ps-pull"))
+            programs[shard] += exchange.grant(shard, nbytes, worker, 0)
         for turn in range(rounds):
             for worker in workers:
-                programs[shard] += [
-                    Recv(worker, f"push/{worker}/{turn}", phase="ps-push"),
-                    unpack(worker, shard, nbytes, "ps-push"),
+                programs[shard] += exchange.take(shard, nbytes, worker, turn)
+                programs[shard].append(
                     Compute(nbytes * costs.add_seconds_per_byte, "sum", phase="update")
                     if synchronous
-                    else Compute(update_seconds, "update", phase="update"),
-                    Send(worker, 8, f"ack/{worker}/{turn}", phase="ps-push"),
-                ]
+                    else Compute(update_seconds, "update", phase="update")
+                )
+                programs[shard] += exchange.answer(shard, worker, turn)
                 if not synchronous and turn + 1 < rounds:
                     # Async: this worker's next pull is answered at once, while the shard
                     # goes on with the other workers' pushes.
-                    programs[shard].append(
-                        Send(worker, nbytes, f"pull/{worker}/{turn + 1}", phase="ps-pull")
-                    )
+                    programs[shard] += exchange.grant(shard, nbytes, worker, turn + 1)
         if synchronous:
             programs[shard].append(Compute(update_seconds, "update", phase="update"))
-    return StepPrograms(programs, costs.rpc_link, rounds=rounds)
+    return StepPrograms(programs, exchange.link, rounds=rounds)
+
+
+@dataclass(frozen=True)
+class _PsExchange:
+    """How a parameter-server step's RPCs become actions: ``pull``/``push`` on a worker,
+    ``grant`` (a pull answered), ``take`` (a push received) and ``answer`` (its ack) on a
+    shard."""
+
+    costs: DeviceCosts
+    shards: Sequence[str]
+    held: Sequence[int]
+    pull_seconds: float | None = None  # measured: a worker's pulls from every shard
+    push_seconds: float | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.pull_seconds is not None
+
+    @property
+    def link(self) -> LinkModel:
+        # Measured, the messages only order the shards' work: their cost is in what was timed.
+        return uniform(Link(0.0, math.inf)) if self.measured else self.costs.rpc_link
+
+    def _unpack(self, source: str, target: str, nbytes: int, phase: str) -> Compute:
+        # An RPC's payload is copied out of the socket and deserialised by the receiver: CPU
+        # work on its host, as putting it on the wire was on the sender's.
+        return Compute(self.costs.rpc_link(source, target).put_seconds(nbytes), "unpack", phase)
+
+    def pull(self, worker: str, turn: int) -> list[Action]:
+        granted = [Recv(shard, f"pull/{worker}/{turn}", phase="ps-pull") for shard in self.shards]
+        if self.measured:
+            return [*granted, Compute(self.pull_seconds, "pull", phase="ps-pull", cpu=False)]
+        actions: list[Action] = []
+        for recv, shard, nbytes in zip(granted, self.shards, self.held):
+            actions += [recv, self._unpack(shard, worker, nbytes, "ps-pull")]
+        return actions
+
+    def push(self, worker: str, turn: int) -> list[Action]:
+        if self.measured:
+            pushed = Compute(self.push_seconds, "push", phase="ps-push", cpu=False)
+            sent = [
+                Send(shard, 0, f"push/{worker}/{turn}", phase="ps-push") for shard in self.shards
+            ]
+            return [pushed, *sent]
+        actions: list[Action] = []
+        for shard, nbytes in zip(self.shards, self.held):
+            actions += [
+                Send(shard, nbytes, f"push/{worker}/{turn}", phase="ps-push"),
+                Recv(shard, f"ack/{worker}/{turn}", phase="ps-push"),
+            ]
+        return actions
+
+    def grant(self, shard: str, nbytes: int, worker: str, turn: int) -> list[Action]:
+        return [
+            Send(worker, 0 if self.measured else nbytes, f"pull/{worker}/{turn}", phase="ps-pull")
+        ]
+
+    def take(self, shard: str, nbytes: int, worker: str, turn: int) -> list[Action]:
+        taken = Recv(worker, f"push/{worker}/{turn}", phase="ps-push")
+        if self.measured:
+            return [taken]
+        return [taken, self._unpack(worker, shard, nbytes, "ps-push")]
+
+    def answer(self, shard: str, worker: str, turn: int) -> list[Action]:
+        if self.measured:
+            return []  # the worker's measured push included its ack
+        return [Send(worker, 8, f"ack/{worker}/{turn}", phase="ps-push")]
+
+
+def _ps_exchange(
+    costs: DeviceCosts, workers: Sequence[str], shards: Sequence[str], held: Sequence[int]
+) -> _PsExchange:
+    devices = [*workers, *shards]
+    pull = costs.measured_collective("ps-pull", devices)
+    push = costs.measured_collective("ps-push", devices)
+    if pull is None or push is None:
+        return _PsExchange(costs, shards, held)
+    return _PsExchange(
+        costs,
+        shards,
+        held,
+        pull_seconds=sum(pull.seconds(nbytes) for nbytes in held),
+        push_seconds=sum(push.seconds(nbytes) for nbytes in held),
+    )
 
 
 def model_parallel_step(

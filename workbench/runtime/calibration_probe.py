@@ -15,7 +15,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +86,20 @@ def _feeds_and_state(graph: Graph, device: DeviceArrays) -> tuple[dict, dict]:
             slots = optimizer.slots(node.attrs["var"], np.zeros(kind.shape, kind.dtype))
             state.update({name: device.to_device(value) for name, value in slots.items()})
     return feeds, state
+
+
+def graph_runner(graph: Graph, device: DeviceArrays | None = None) -> Callable[[], None]:
+    """A call that runs ``graph`` once on random inputs of its shapes (and waits for the
+    device): a step's compute as calibration times it, for probes that time it in context."""
+    device = device or DeviceArrays.for_kind("cpu")
+    executable = Executable(graph)
+    feeds, state = _feeds_and_state(graph, device)
+
+    def run() -> None:
+        executable.run(feeds, state, device.xp)
+        device.synchronize()
+
+    return run
 
 
 class _NodeClock:

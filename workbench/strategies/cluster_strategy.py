@@ -6,14 +6,18 @@ steps, gathering the variables, cleanup).
 
 from __future__ import annotations
 
+import time
 from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from workbench.config import RunConfig
+from workbench.costs import Calibration
 from workbench.events import EventLog
 from workbench.parallel.device_run import DevicePlan, run_on_devices
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.definition import StrategyDefinition
-from workbench.training.calibration import calibrate_run
+from workbench.training.calibration import add_to_calibration, calibrate_run
 from workbench.training.job import Progress, TrainingJob
 from workbench.training.session import TrainingSession
 
@@ -54,6 +58,38 @@ class ClusterStrategy(StrategyDefinition):
                 link_sizes=self.link_sizes(job.config, session.device_type),
             )
         return session
+
+    def _measure_more(
+        self,
+        job: TrainingJob,
+        session: ClusterSession,
+        progress: Progress,
+        keys: Sequence[str],
+        measure: Callable[[list[str]], dict[str, Any]],
+    ) -> None:
+        """Adds to the run's calibration what ``measure(missing keys)`` times beyond nodes
+        and links (a strategy's own exchanges, as its devices run them, under
+        :func:`~workbench.costs.collective_key`; it returns :class:`Calibration` fields),
+        unless the run does not calibrate or every one of ``keys`` is cached."""
+        calibration = job.calibration
+        if calibration is None or job.config.no_calibrate:
+            return
+        missing = [key for key in keys if not calibration.has_measured(key)]
+        if not missing:
+            return
+        started = time.perf_counter()
+        fields = measure(missing)
+        add_to_calibration(
+            job,
+            session,
+            Calibration(
+                calibration.signature,
+                tuple(session.device_names),
+                **fields,
+                measured_seconds=time.perf_counter() - started,
+            ),
+            progress,
+        )
 
     def train(
         self, config: RunConfig, job: TrainingJob, log: EventLog, progress: Progress

@@ -10,12 +10,11 @@ updates. The device side is :mod:`workbench.parallel.data_parallel.replica`.
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
 from workbench.config import ConfigError, RunConfig
-from workbench.costs import Calibration, collective_key
+from workbench.costs import collective_key
 from workbench.parallel.collectives import even_groups
 from workbench.parallel.collectives.probe import CENTRAL_KINDS, measure_collective
 from workbench.parallel.data_parallel.in_graph import build_in_graph_replication
@@ -29,7 +28,6 @@ from workbench.runtime.calibration_probe import LATENCY_SIZES, TRANSFER_SIZES
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import ClusterStrategy
 from workbench.strategies.definition import replicas_divide_the_batch
-from workbench.training.calibration import add_to_calibration
 from workbench.training.job import Progress, TrainingJob
 
 
@@ -55,48 +53,34 @@ class DataParallel(ClusterStrategy):
         groups (then cached), for the planner's prediction."""
         session = super()._calibrated(job, session, progress)
         config = job.config
-        algorithm = self.algorithm(config, session.device_type)
-        wanted = (
-            job.calibration is not None
-            and not config.no_calibrate
-            and self.times_its_collectives(config, session.device_type)
-        )
-        if not wanted:
+        if not self.times_its_collectives(config, session.device_type):
             return session
         groups = self.groups(config, session.addresses)
         names = session.device_names
         named_groups = [[names[rank] for rank in group] for group in groups]
-        kinds = CENTRAL_KINDS if self.central_storage else (algorithm,)
-        missing = [
-            kind
-            for kind in kinds
-            if collective_key(kind, names, named_groups) not in job.calibration.collectives
-        ]
-        if not missing:
-            return session
+        kinds = (
+            CENTRAL_KINDS
+            if self.central_storage
+            else (self.algorithm(config, session.device_type),)
+        )
         gradient_bytes = (
             sum(math.prod(shape) for shape in job.model.parameter_shapes().values())
             * np.dtype(config.dtype).itemsize
         )
         largest = min(int(config.bucket_mb * 2**20), gradient_bytes)
-        fits, started = {}, time.perf_counter()
-        for kind in missing:
-            fits.update(
-                measure_collective(
-                    session, kind, groups, largest, stall_timeout=config.stall_timeout
+        keys = {collective_key(kind, names, named_groups): kind for kind in kinds}
+
+        def measure(missing: list[str]) -> dict:
+            fits = {}
+            for key in missing:
+                fits.update(
+                    measure_collective(
+                        session, keys[key], groups, largest, stall_timeout=config.stall_timeout
+                    )
                 )
-            )
-        add_to_calibration(
-            job,
-            session,
-            Calibration(
-                job.calibration.signature,
-                tuple(names),
-                collectives=fits,
-                measured_seconds=time.perf_counter() - started,
-            ),
-            progress,
-        )
+            return {"collectives": fits}
+
+        self._measure_more(job, session, progress, list(keys), measure)
         return session
 
     def compression(self, config: RunConfig) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from workbench.config import ConfigError, RunConfig
+from workbench.costs import collective_key
 from workbench.data import shard_rows
 from workbench.events import EventLog
 from workbench.optim import init_slots
@@ -26,11 +27,13 @@ from workbench.parallel.parameter_server.client_graph import (
     ParameterServerGraph,
     build_parameter_server_graph,
 )
+from workbench.parallel.parameter_server.exchange_probe import EXCHANGE_KINDS, measure_exchange
 from workbench.parallel.parameter_server.free_running import FreeRunningDriver
 from workbench.parallel.parameter_server.partitioner import (
     VariablePiece,
     join_parts,
     place_variables,
+    shard_bytes,
     split_state,
 )
 from workbench.parallel.parameter_server.shard_service import ShardSpec, setup_shard
@@ -53,6 +56,7 @@ from workbench.strategies.options import (
     REPLICATION,
     STALENESS,
 )
+from workbench.training.graphs import build_training_graph
 from workbench.training.job import Progress, TrainingJob
 
 
@@ -106,6 +110,35 @@ class ParameterServer(ClusterStrategy):
 
     def device_count(self, config: RunConfig) -> int:
         return config.devices + config.ps
+
+    def _calibrated(
+        self, job: TrainingJob, session: ClusterSession, progress: Progress
+    ) -> ClusterSession:
+        """Besides nodes and links, the workers' pulls and pushes as they run them, all
+        workers calling the shards at once (once per cluster, then cached), for the
+        planner's prediction."""
+        session = super()._calibrated(job, session, progress)
+        config = job.config
+        worker_ranks = list(range(config.devices))
+        shard_ranks = list(range(config.devices, config.devices + config.ps))
+        devices = [session.device_names[rank] for rank in worker_ranks + shard_ranks]
+        held = shard_bytes(
+            self.pieces(config, job.model), config.ps, np.dtype(config.dtype).itemsize
+        )
+        graph = build_training_graph(
+            job.model, None, config.batch_size // config.devices, config.dtype
+        ).graph
+
+        def measure(missing: list[str]) -> dict[str, Any]:
+            fits, stretch = measure_exchange(session, worker_ranks, shard_ranks, held, graph)
+            return {
+                "collectives": fits,
+                "compute_stretch": {collective_key("ps-exchange", devices): stretch},
+            }
+
+        keys = [collective_key(kind, devices) for kind in (*EXCHANGE_KINDS, "ps-exchange")]
+        self._measure_more(job, session, progress, keys, measure)
+        return session
 
     def plan(
         self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress

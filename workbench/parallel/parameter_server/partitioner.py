@@ -110,6 +110,20 @@ def partition_variables(shapes: Mapping[str, Sequence[int]], shards: int) -> lis
     return [[p.name for p in pieces if p.shard == shard] for shard in range(shards)]
 
 
+def shard_bytes(pieces: Sequence[VariablePiece], shards: int, itemsize: int) -> list[int]:
+    """The bytes of variables each shard holds: what a worker pulls from it, and pushes.
+
+    Examples
+    --------
+    >>> shard_bytes(place_variables({"a": (100,), "b": (60,), "c": (50,)}, 2, 4), 2, 4)
+    [400, 440]
+    """
+    held = [0] * shards
+    for piece in pieces:
+        held[piece.shard] += int(np.prod(piece.shape)) * itemsize
+    return held
+
+
 def split_state(
     pieces: Sequence[VariablePiece], parameters: Mapping[str, Any], slots: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
