@@ -39,15 +39,15 @@ TRANSFER_SIZES = (1 << 10, 1 << 18, 1 << 21, 1 << 23)
 # peer links carry only the collectives' meeting messages.
 LATENCY_SIZES = TRANSFER_SIZES[:2]
 ADD_BYTES = 1 << 22
-ADD_PAIRS = 4  # 32 MiB in all: more than a CPU's last-level cache
+ADD_PAIRS = 3  # 24 MiB a device: with a neighbour timing too, more than a last-level cache
 # Bumped when what is measured, or how, changes: a cached calibration of another format is
 # measured again.
-CALIBRATION_FORMAT = "7"
+CALIBRATION_FORMAT = "8"
 # Timing a graph: at most this many repeats, within this many seconds of each device's time
 # per graph (a step of the reference MLP takes a few milliseconds: the minimum of repeats; a
 # small model's, well under one: up to twelve). Calibration stays a small share of a short run.
 MAX_REPEATS = 12
-GRAPH_BUDGET_SECONDS = 0.015
+GRAPH_BUDGET_SECONDS = 0.010
 TRIMMED_SHARE = 0.2  # of a graph's slowest runs, left out of its mean
 # How tensors travel between devices, each timed on its own: ``peer`` (one-way Send/Recv over
 # the shared-memory channels or Dask's comms), ``rpc`` (Dask RPCs, as parameter servers are
@@ -507,15 +507,20 @@ def calibrate_session(
     # while sharing a core, which the simulator models itself, stays out of it. (The cores
     # are this process's: the local cluster's; a remote cluster is taken to be alike.)
     at_once = max(1, usable_cores()) if kind == "cpu" else len(names)
-    measured = []
+    # All devices at once: each times its links in the same task, after its nodes.
+    wires_with_nodes = at_once >= len(names) and len(names) > 1 and bool(wires_wanted)
+    measured, wire_rows = [], []
     for first in range(0, len(names), at_once):
         futures = [
             client.submit(
-                measure_device,
+                measure_device_and_wires,
                 list(graphs),
                 kind,
                 repeats,
                 sorted((known.op_seconds.get(name, {}) if known else {}).keys()),
+                _wire_arguments(session, rank, wires_wanted, repeats, stall_timeout, link_sizes)
+                if wires_with_nodes
+                else None,
                 workers=[address],
                 pure=False,
                 key=f"dtrain-calibrate-ops-{rank}-{session.run_id}",
@@ -523,7 +528,9 @@ def calibrate_session(
             for rank, (name, address) in enumerate(zip(names, session.addresses))
             if first <= rank < first + at_once
         ]
-        measured += client.gather(futures)
+        for device, rows in client.gather(futures):
+            measured.append(device)
+            wire_rows.append(rows)
     calibration = Calibration(
         signature=signature,
         devices=tuple(names),
@@ -540,7 +547,9 @@ def calibrate_session(
         device_addresses=dict(zip(names, session.addresses)),
     )
     calibration.links.update(
-        _measure_wires(session, wires_wanted, repeats, stall_timeout, link_sizes)
+        _fitted_wires(session, wire_rows)
+        if wires_with_nodes
+        else _measure_wires(session, wires_wanted, repeats, stall_timeout, link_sizes)
     )
     if wires_wanted:
         calibration.link_sizes = tuple(link_sizes)
@@ -588,6 +597,54 @@ def measure_wires(
     return rows
 
 
+def measure_device_and_wires(
+    graphs: Sequence[Graph],
+    kind: str,
+    repeats: int,
+    skip: Sequence[str],
+    wire_arguments: tuple | None,
+) -> tuple[dict[str, Any], list[tuple[str, int, int, int, float]]]:
+    """Task on every device: :func:`measure_device`, then, given ``wire_arguments`` (when
+    every device times its nodes at once, all are free for the ping-pongs once done),
+    :func:`measure_wires` in the same task: a round of tasks fewer at a run's start."""
+    device = measure_device(graphs, kind, repeats, skip)
+    return device, measure_wires(*wire_arguments) if wire_arguments else []
+
+
+def _wire_arguments(
+    session: ClusterSession,
+    rank: int,
+    wires: Sequence[str],
+    repeats: int,
+    stall_timeout: float,
+    sizes: Sequence[int],
+) -> tuple:
+    """:func:`measure_wires`'s arguments for ``rank``."""
+    return (
+        f"{session.run_id}-calibrate",
+        rank,
+        session.addresses,
+        session.device_names,
+        list(wires),
+        repeats,
+        stall_timeout,
+        list(sizes),
+    )
+
+
+def _fitted_wires(session: ClusterSession, gathered: Sequence[Sequence[tuple]]) -> dict:
+    """Every device's :func:`measure_wires` rows, a link fitted per wire and pair."""
+    samples: dict[tuple[str, int, int], list[tuple[int, float]]] = {}
+    for rows in gathered:
+        for wire, source, destination, size, seconds in rows:
+            samples.setdefault((wire, source, destination), []).append((size, seconds))
+    names = session.device_names
+    return {
+        link_key(names[source], names[destination], wire): fit_link(points)
+        for (wire, source, destination), points in samples.items()
+    }
+
+
 def _measure_wires(
     session: ClusterSession,
     wires: Sequence[str],
@@ -601,26 +658,11 @@ def _measure_wires(
     futures = [
         session.client.submit(
             measure_wires,
-            f"{session.run_id}-calibrate",
-            rank,
-            session.addresses,
-            session.device_names,
-            list(wires),
-            repeats,
-            stall_timeout,
-            list(sizes),
+            *_wire_arguments(session, rank, wires, repeats, stall_timeout, sizes),
             workers=[address],
             pure=False,
             key=f"dtrain-calibrate-links-{rank}-{session.run_id}",
         )
         for rank, address in enumerate(session.addresses)
     ]
-    samples: dict[tuple[str, int, int], list[tuple[int, float]]] = {}
-    for rows in session.client.gather(futures):
-        for wire, source, destination, size, seconds in rows:
-            samples.setdefault((wire, source, destination), []).append((size, seconds))
-    names = session.device_names
-    return {
-        link_key(names[source], names[destination], wire): fit_link(points)
-        for (wire, source, destination), points in samples.items()
-    }
+    return _fitted_wires(session, session.client.gather(futures))

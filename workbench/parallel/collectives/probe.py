@@ -104,13 +104,13 @@ def measure_collective(
     stall_timeout: float = 60.0,
 ) -> dict[str, LinkFit]:
     """The collective ``kind`` (see :func:`time_collective`) over the session's devices,
-    fitted: ``{collective_key: fit}``. Sizes are :data:`TRANSFER_SIZES` up to the first at
-    or above ``largest`` bytes (the biggest bucket the run will reduce; at least two)."""
+    fitted: ``{collective_key: fit}``. Two sizes: the smallest of :data:`TRANSFER_SIZES` (what
+    any collective pays) and ``largest`` bytes (the biggest bucket the run will reduce), so
+    the fit is exact where the run's full buckets are and interpolates its last one."""
     if len(session.addresses) < 2:
         return {}
-    sizes = [size for size in TRANSFER_SIZES if size < largest]
-    sizes = [*sizes, *(size for size in TRANSFER_SIZES if size >= largest)][: len(sizes) + 1]
-    sizes = sizes if len(sizes) >= 2 else list(TRANSFER_SIZES[:2])
+    smallest = TRANSFER_SIZES[0]
+    sizes = [smallest, max(largest // 4 * 4, 2 * smallest)]
     run_id = f"{session.run_id}-calibrate-{kind}"
     futures = [
         session.client.submit(
