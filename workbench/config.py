@@ -132,7 +132,11 @@ class RunConfig:
     seed: int = 0
     dtype: str = "float32"
     device_type: str = "auto"
-    cluster: str | None = None
+    # An address; from Python also a distributed.Client or a Dask cluster object (stored and
+    # shown as its scheduler's address).
+    cluster: Any = None
+    scheduler_file: str | None = None
+    wait_for_workers: float | None = None
     protocol: str = "tcp"
     save: str | None = None
     resume: str | None = None
@@ -193,6 +197,7 @@ class RunConfig:
         """JSON-ready form (as stored in checkpoints and run records): the run options and,
         with ``flat``, the strategy's options beside them."""
         data = {name: getattr(self, name) for name in _FIELD_NAMES}
+        data["cluster"] = cluster_address(self.cluster)
         data["hidden"] = list(self.hidden)
         data["simulate_straggler"] = [list(entry) for entry in self.simulate_straggler]
         data["simulate_overflow"] = list(self.simulate_overflow)
@@ -218,6 +223,22 @@ class RunConfig:
 _FIELD_NAMES = tuple(
     f.name for f in dataclasses.fields(RunConfig) if f.name not in ("options", "extra")
 )
+
+
+def cluster_address(cluster: Any) -> str | None:
+    """``--cluster`` as text: an address as given; a client's or a cluster object's
+    scheduler address.
+
+    Examples
+    --------
+    >>> cluster_address("tcp://10.0.0.5:8786"), cluster_address(None)
+    ('tcp://10.0.0.5:8786', None)
+    """
+    if cluster is None or isinstance(cluster, str):
+        return cluster
+    scheduler = getattr(cluster, "scheduler", None)
+    address = getattr(cluster, "scheduler_address", None) or getattr(scheduler, "address", None)
+    return str(address) if address is not None else repr(cluster)
 
 
 def _default(name: str) -> Any:
@@ -295,7 +316,19 @@ RUN_OPTIONS: tuple[Option, ...] = (
     _run_option("seed", int, "seed for initialisation, data order, dropout", minimum=0),
     _run_option("dtype", str, "floating-point type", choices=DTYPE_NAMES),
     _run_option("device_type", str, "device type", choices=DEVICE_TYPE_NAMES),
-    _run_option("cluster", str, "address of an existing Dask scheduler"),
+    _run_option("cluster", str, "address of an existing Dask scheduler to run on"),
+    _run_option(
+        "scheduler_file",
+        str,
+        "a Dask scheduler file (dask scheduler --scheduler-file PATH) naming the cluster to run on",
+    ),
+    _run_option(
+        "wait_for_workers",
+        float,
+        "seconds to wait for the run's devices to join the cluster it runs on",
+        minimum=0,
+        optional=True,
+    ),
     _run_option(
         "protocol",
         str,
@@ -381,11 +414,25 @@ def check_run_options(config: RunConfig) -> None:
         raise ConfigError("--dataset", f"{error} (forms: {', '.join(DATASET_FORMS)})") from None
     if kind in ("mnist", "fashion-mnist", "cifar10") and not Path(argument).expanduser().is_dir():
         raise ConfigError("--dataset", f"{kind} directory {argument} does not exist")
-    if config.cluster is not None and config.protocol != "tcp":
+    joins = config.cluster is not None or config.scheduler_file is not None
+    if config.cluster is not None and config.scheduler_file is not None:
+        raise ConfigError(
+            "--scheduler-file",
+            f"names the cluster to run on, as --cluster {cluster_address(config.cluster)} "
+            "does: give one of them",
+        )
+    if joins and config.protocol != "tcp":
+        where = cluster_address(config.cluster) or config.scheduler_file
         raise ConfigError(
             "--protocol",
             f"chooses the comms of a cluster the workbench starts; the cluster at "
-            f"{config.cluster} already uses its own (its address says which)",
+            f"{where} already uses its own (its address says which)",
+        )
+    if config.wait_for_workers is not None and not joins:
+        raise ConfigError(
+            "--wait-for-workers",
+            "waits for the workers of a cluster the run joins; the local cluster the "
+            "workbench starts has its workers at once (add --cluster or --scheduler-file)",
         )
     straggler_pairs(config.simulate_straggler)
     overflow_steps(config.simulate_overflow)

@@ -126,6 +126,17 @@ MALFORMED = [
         ["--cluster", "cannot reach"],
     ),
     ("--cluster tcp://127.0.0.1:9", None, ["--cluster", "one-device runs in this process"]),
+    (
+        "--strategy mirrored --devices 2 --cluster tcp://127.0.0.1:9 --scheduler-file s.json",
+        None,
+        ["--scheduler-file", "give one of them"],
+    ),
+    (
+        "--strategy mirrored --devices 2 --wait-for-workers 30",
+        None,
+        ["--wait-for-workers", "--cluster or --scheduler-file"],
+    ),
+    ("--wait-for-workers soon", None, ["--wait-for-workers", "'soon'"]),
     ("--device 2", None, ["--device", "did you mean --devices"]),
     ("--steps 3 extra", None, ["extra"]),
     ("garbage", None, ["'garbage'", "list", "stop", "status"]),

@@ -75,10 +75,10 @@ def test_a_run_that_fails_after_it_started_reports_through_its_handle(shell, sto
             "--steps 3 --hidden 8 --strategy mirrored --devices 2 "
             f"--cluster {cluster.scheduler_address}",
         )
-        with pytest.raises(Exception, match="cluster has 1 workers"):
+        with pytest.raises(Exception, match="has 1 workers"):
             run.wait(120)
     assert run.state == "failed"
-    assert "cluster has 1 workers" in RunStore(store_root).open(run.run_id).status()["error"]
+    assert "has 1 workers" in RunStore(store_root).open(run.run_id).status()["error"]
 
 
 def test_the_magic_help_lists_every_flag_with_its_allowed_values(shell):

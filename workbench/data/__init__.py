@@ -19,7 +19,12 @@ Invariants
   argument at fault.
 """
 
-from workbench.data.catalog import DATASET_FORMS, load_dataset, parse_dataset_spec
+from workbench.data.catalog import (
+    DATASET_FORMS,
+    dataset_path,
+    load_dataset,
+    parse_dataset_spec,
+)
 from workbench.data.dataset import Dataset, DatasetError
 from workbench.data.sampler import GlobalBatchSampler, microbatch_rows, shard_rows
 
@@ -28,6 +33,7 @@ __all__ = [
     "Dataset",
     "DatasetError",
     "GlobalBatchSampler",
+    "dataset_path",
     "load_dataset",
     "microbatch_rows",
     "parse_dataset_spec",

@@ -75,6 +75,18 @@ def parse_dataset_spec(spec: str) -> tuple[str, str]:
     raise DatasetError(f"unknown dataset {spec!r}; expected one of: {', '.join(DATASET_FORMS)}")
 
 
+def dataset_path(spec: str) -> Path | None:
+    """The file or directory a data set spec reads (None: one made in memory).
+
+    Examples
+    --------
+    >>> dataset_path("cifar10:/data/cifar"), dataset_path("synthetic:16:4:120")
+    (PosixPath('/data/cifar'), None)
+    """
+    kind, argument = parse_dataset_spec(spec)
+    return Path(argument).expanduser() if kind in _PATH_KINDS else None
+
+
 def load_dataset(spec: str, seed: int = 0) -> Dataset:
     """Load the dataset a ``--dataset`` spec names.
 

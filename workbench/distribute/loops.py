@@ -30,7 +30,7 @@ from workbench.parallel.custom_loops import (
 from workbench.parallel.device_run import drop_device_state, snapshot_device
 from workbench.parallel.dispatch import DeviceFailure, submit_each, wait_all
 from workbench.parallel.worker_spec import WorkerSpec
-from workbench.runtime.cluster import start_cluster
+from workbench.runtime.cluster import start_run_cluster
 from workbench.runtime.devices import device_name
 from workbench.strategies.cluster_strategy import ClusterStrategy
 
@@ -97,12 +97,11 @@ class ClusterLoop:
         self.session = None
         try:
             self.session = session = self._stack.enter_context(
-                start_cluster(
+                start_run_cluster(
+                    config,
                     definition.device_count(config),
                     job.device_type,
-                    config.cluster,
                     jobs=definition.jobs(config),
-                    protocol=config.protocol,
                 )
             )
             job.device_type = session.device_type  # decided by the workers' reports

@@ -109,7 +109,7 @@ def prepare_run(config: RunConfig, model: Sequential | None = None) -> PreparedR
     :class:`ConfigError` (or a checkpoint or model error) before anything starts."""
     wall_start = time.perf_counter()
     config = validate_config(config)
-    if config.cluster is not None:
+    if isinstance(config.cluster, str):
         check_scheduler_reachable(config.cluster)
     strategy = STRATEGIES[config.strategy]
     # A run in this process uses this machine's device; a cluster run's device type is decided

@@ -27,7 +27,7 @@ from workbench.runtime.calibration_probe import (
     in_process_signature,
     session_signature,
 )
-from workbench.runtime.cluster import start_cluster
+from workbench.runtime.cluster import start_run_cluster
 from workbench.runtime.devices import device_name
 from workbench.simulate import ClusterDescription, parse_cluster
 from workbench.store import RunStore
@@ -83,8 +83,8 @@ def calibrate_cluster(
     one_device = calibrate_in_process(graphs[-1:], local, kind, cached)
     store.save_calibration(signature, one_device.to_json())
     progress(f"[calibrate] timing {len(sizes)} batch sizes on {config.devices} devices")
-    with start_cluster(
-        config.devices, config.device_type, config.cluster, protocol=config.protocol
+    with start_run_cluster(
+        config, config.devices, config.device_type, progress=progress
     ) as session:
         signature = session_signature(session)
         known = None if fresh else _cached(store, signature)

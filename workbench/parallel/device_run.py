@@ -21,7 +21,7 @@ from workbench.parallel.dispatch import DeviceFailure, submit_each, wait_all
 from workbench.parallel.periodic_checkpoints import PeriodicCheckpoints
 from workbench.parallel.recovery import devices_after_failure, elastic_device_count
 from workbench.parallel.step_loop import drive_steps
-from workbench.runtime.cluster import ClusterSession, ordered_workers, start_cluster
+from workbench.runtime.cluster import ClusterSession, ordered_workers, start_run_cluster
 from workbench.runtime.devices import device_name
 from workbench.runtime.worker_service import device_service
 from workbench.training.job import Progress, TrainingJob, evaluate_on_test
@@ -101,13 +101,13 @@ def run_on_devices(
     for observer in job.observers:
         scheduler_options.update(observer.scheduler_options())
     with (
-        start_cluster(
+        start_run_cluster(
+            config,
             devices,
             job.device_type,
-            config.cluster,
             jobs=jobs,
             scheduler_options=scheduler_options,
-            protocol=config.protocol,
+            progress=progress,
         ) as session,
         contextlib.ExitStack() as watching,  # left before the cluster closes
     ):

@@ -14,15 +14,19 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from workbench.config import RunConfig
+from workbench.runtime.cluster_target import (
+    ClusterError,
+    ClusterTarget,
+    Progress,
+    wait_for_workers,
+)
 from workbench.runtime.device_probe import decide_device_type, describe_device
 from workbench.runtime.devices import DeviceError, device_name
 from workbench.runtime.gpu_runtime import gpu_runtime, missing_gpu_reason
+from workbench.runtime.preflight import preflight
 from workbench.runtime.shared_memory import unlink_run_segments
 from workbench.runtime.worker_service import DeviceService
-
-
-class ClusterError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -157,6 +161,32 @@ def _rank_key(name) -> tuple:
     return (0, int(text), "") if text.isdigit() else (1, 0, text)
 
 
+@contextlib.contextmanager
+def start_run_cluster(
+    config: RunConfig,
+    devices: int,
+    device_type: str,
+    jobs: tuple[tuple[str, int], ...] | None = None,
+    scheduler_options: dict | None = None,
+    progress: Progress = lambda line: None,
+) -> Iterator[ClusterSession]:
+    """:func:`start_cluster` for a run: the cluster ``config`` names (``--cluster``,
+    ``--scheduler-file``, a client or cluster object) or a local one, waiting
+    ``--wait-for-workers`` seconds for its workers, checked for the run's data set."""
+    with start_cluster(
+        devices,
+        device_type,
+        ClusterTarget.of(config),
+        jobs=jobs,
+        scheduler_options=scheduler_options,
+        protocol=config.protocol,
+        wait_seconds=config.wait_for_workers,
+        progress=progress,
+        dataset=config.dataset,
+    ) as session:
+        yield session
+
+
 def ordered_workers(client) -> list[str]:
     """The cluster's worker addresses in rank order: by worker name, so ranks are stable
     across runs, and a worker a nanny restarted (same name, new address) keeps its rank."""
@@ -168,51 +198,62 @@ def ordered_workers(client) -> list[str]:
 def start_cluster(
     devices: int,
     device_type: str = "cpu",
-    address: str | None = None,
+    address: str | ClusterTarget | None = None,
     connect_timeout: float = 10.0,
     jobs: tuple[tuple[str, int], ...] | None = None,
     scheduler_options: dict | None = None,
     protocol: str = "tcp",
+    wait_seconds: float | None = None,
+    progress: Progress = lambda line: None,
+    dataset: str | None = None,
 ) -> Iterator[ClusterSession]:
     """Yield a :class:`ClusterSession` with ``devices`` workers; close what was started.
 
-    ``jobs`` names the devices by TF job, e.g. ``(("worker", 2), ("ps", 1))`` gives
-    ``/job:worker/task:0``, ``/job:worker/task:1``, ``/job:ps/task:0`` (default: all workers).
-    ``scheduler_options`` go to the scheduler of a cluster started here, ``protocol`` is its
-    comms. ``device_type`` (``auto``, ``cpu``, ``gpu``) is decided where the work runs: every
-    worker of the run reports its device (:mod:`workbench.runtime.device_probe`).
+    ``address``: the cluster to join (an address, or a :class:`ClusterTarget`: a scheduler
+    file, the user's client or cluster object), None to start a local one. ``jobs`` names
+    the devices by TF job, e.g. ``(("worker", 2), ("ps", 1))`` gives ``/job:worker/task:0``,
+    ``/job:worker/task:1``, ``/job:ps/task:0`` (default: all workers). ``scheduler_options``
+    go to the scheduler of a cluster started here, ``protocol`` is its comms.
+    ``device_type`` (``auto``, ``cpu``, ``gpu``) is decided where the work runs: every
+    worker of the run reports its device (:mod:`workbench.runtime.device_probe`). A joined
+    cluster waits up to ``wait_seconds`` for its workers, and is checked before any task
+    (:mod:`workbench.runtime.preflight`: versions, and that every worker reads ``dataset``).
     """
     jobs = jobs or (("worker", devices),)
+    target = address if isinstance(address, ClusterTarget) else ClusterTarget(address=address)
     from distributed import Client
 
     owned = []
     client = session = None
+    owns_client = True
     try:
-        if address is None:
+        if target.starts_its_own:
             device_type = local_device_type(device_type, devices)  # before anything starts
             cluster = _local_cluster(devices, device_type, scheduler_options or {}, protocol)
             owned.append(cluster)
             client = Client(cluster, set_as_default=False)
         else:
-            try:
-                client = Client(address, timeout=connect_timeout, set_as_default=False)
-            except (OSError, TimeoutError) as error:
-                raise ClusterError(
-                    f"--cluster: cannot reach a scheduler at {address}: {error}"
-                ) from None
-        workers = client.scheduler_info(n_workers=-1)["workers"]
-        if len(workers) < devices:
-            raise ClusterError(
-                f"--devices: {devices} devices requested but the cluster has {len(workers)} workers"
-            )
+            client, owns_client = target.connect(connect_timeout, wait_seconds, progress)
+        workers = wait_for_workers(
+            client,
+            devices,
+            None if target.starts_its_own else wait_seconds,
+            target.describe(),
+            progress,
+        )
         ordered = ordered_workers(client)[:devices]
         reports = client.run(describe_device, workers=ordered)
+        labels = [
+            f"worker {workers[address].get('name', address)} ({address})" for address in ordered
+        ]
         device_type = decide_device_type(
             device_type,
             {address: reports[address] for address in ordered},
             devices,
-            [f"worker {workers[address].get('name', address)} ({address})" for address in ordered],
+            labels,
         )
+        if not target.starts_its_own:
+            preflight(client, ordered, labels, device_type, dataset or "digits")
         client.register_plugin(DeviceService())
         session = ClusterSession(
             client=client,
@@ -228,7 +269,7 @@ def start_cluster(
         )
         yield session
     finally:
-        if client is not None:
+        if client is not None and owns_client:
             with contextlib.suppress(Exception):
                 client.close()
         for cluster in owned:

@@ -31,10 +31,14 @@ class OneDevice(StrategyDefinition):
             raise ConfigError(
                 "--devices", f"strategy one-device uses exactly 1 device, got {config.devices}"
             )
-        if config.cluster is not None:
-            raise ConfigError(
-                "--cluster", "strategy one-device runs in this process; use a distributed strategy"
-            )
+        for flag, value in (
+            ("--cluster", config.cluster),
+            ("--scheduler-file", config.scheduler_file),
+        ):
+            if value is not None:
+                raise ConfigError(
+                    flag, "strategy one-device runs in this process; use a distributed strategy"
+                )
 
     def device_names(self, config: RunConfig, device_type: str) -> list[str]:
         return [device_name(device_type)]

@@ -1,0 +1,188 @@
+"""Runs on clusters the user started: with the ``dask scheduler`` / ``dask worker`` command
+lines (workers joining after the run asked for them), from Python as a client or a cluster
+object (used, never closed), and the preflight's clear errors: a worker with another version
+of the workbench, a worker that cannot read the data set, too few workers in time."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from workbench.config import RunConfig
+from workbench.launch.runner import run_training
+from workbench.runtime.cluster import WORKER_ENVIRONMENT, ClusterError
+
+BIN = Path(sys.executable).parent
+RUN = dict(strategy="mirrored", devices=2, dataset="synthetic:16:4:256", hidden=(8,), steps=6)
+RUN_FLAGS = ["--strategy", "mirrored", "--devices", "2", "--dataset", "synthetic:16:4:256"]
+RUN_FLAGS += ["--hidden", "8", "--steps", "6", "--batch-size", "32", "--no-calibrate"]
+SCHEDULER = ["--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
+
+
+class Processes:
+    """Command-line processes a test starts, each in a process group of its own, all killed
+    at the end (a failed test included)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.started: list[subprocess.Popen] = []
+        self.logs = tmp_path
+
+    def start(self, name: str, command: list[str], **options) -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 (closed with the process)
+        environment = {**os.environ, **WORKER_ENVIRONMENT, **options.pop("env", {})}
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            start_new_session=True,
+            **options,
+        )
+        self.started.append(process)
+        return process
+
+    def scheduler(self, scheduler_file: Path) -> None:
+        self.start(
+            "scheduler",
+            [str(BIN / "dask"), "scheduler", "--scheduler-file", str(scheduler_file), *SCHEDULER],
+        )
+
+    def worker(self, scheduler_file: Path, name: str, *extra: str, prefix=()) -> None:
+        command = [str(BIN / "dask"), "worker", "--scheduler-file", str(scheduler_file)]
+        command += ["--name", name, "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard"]
+        self.start(f"worker-{name}", [*prefix, *command, *extra])
+
+    def close(self) -> None:
+        for process in self.started:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.started:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=15)
+
+
+@pytest.fixture
+def processes(tmp_path):
+    started = Processes(tmp_path)
+    yield started
+    started.close()
+
+
+def test_a_run_waits_for_the_workers_of_a_scheduler_file_cluster(tmp_path, processes):
+    """The run asks first; the scheduler and then its workers come later, as a batch
+    system starts them. The run waits, says how many joined, then trains."""
+    scheduler_file = tmp_path / "scheduler.json"
+    joining = ["--scheduler-file", str(scheduler_file), "--wait-for-workers", "60"]
+    run = subprocess.Popen(
+        [str(BIN / "dtrain"), "run", *RUN_FLAGS, "--json", *joining],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    processes.started.append(run)
+    time.sleep(1.0)
+    assert run.poll() is None, run.stderr.read()
+    processes.scheduler(scheduler_file)
+    for name in ("0", "1"):
+        processes.worker(scheduler_file, name)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, err
+    assert f"waiting for a scheduler to write {scheduler_file}" in err
+    assert "workers joined the scheduler named in" in err
+    summary = json.loads(out)
+    assert summary["devices"] == 2 and summary["steps"] == 6
+    assert np.isfinite(summary["final_loss"])
+
+
+def test_too_few_workers_in_time_is_an_error_naming_how_many_joined(tmp_path, processes):
+    scheduler_file = tmp_path / "scheduler.json"
+    processes.scheduler(scheduler_file)
+    processes.worker(scheduler_file, "0")
+    with pytest.raises(ClusterError, match=r"--wait-for-workers: 1 of the 2 workers .* within 3 s"):
+        _wait_for_one_worker_then_run(scheduler_file, wait=3)
+
+
+def _wait_for_one_worker_then_run(scheduler_file: Path, wait: float) -> None:
+    deadline = time.monotonic() + 60
+    while not scheduler_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with Client(scheduler_file=str(scheduler_file), timeout=30) as client:
+        client.wait_for_workers(1, timeout=60)
+    config = RunConfig(**RUN, scheduler_file=str(scheduler_file), wait_for_workers=wait)
+    run_training(config, progress=lambda line: None)
+
+
+def test_a_worker_with_another_workbench_version_is_named(tmp_path, processes):
+    scheduler_file = tmp_path / "scheduler.json"
+    fake = tmp_path / "other_workbench_version.py"
+    fake.write_text("import workbench\nworkbench.__version__ = '0.0.0+other'\n")
+    processes.scheduler(scheduler_file)
+    processes.worker(scheduler_file, "0")
+    processes.worker(scheduler_file, "1", "--preload", str(fake))
+    config = RunConfig(**RUN, scheduler_file=str(scheduler_file), wait_for_workers=60)
+    with pytest.raises(ClusterError) as raised:
+        run_training(config, progress=lambda line: None)
+    message = str(raised.value)
+    assert "worker 1 " in message
+    assert "workbench 0.0.0+other (the client has " in message
+
+
+def _write_cifar10(folder: Path, records: int = 40) -> None:
+    folder.mkdir(parents=True)
+    generator = np.random.default_rng(0)
+    for name in ("data_batch_1.bin", "test_batch.bin"):
+        labels = generator.integers(0, 10, (records, 1), dtype=np.uint8)
+        images = generator.integers(0, 256, (records, 3072), dtype=np.uint8)
+        (folder / name).write_bytes(np.concatenate([labels, images], axis=1).tobytes())
+
+
+def test_a_worker_that_cannot_read_the_data_set_is_named(tmp_path, processes):
+    """Worker 1 runs as on another host: in a mount namespace where the data's folder is
+    not there (an empty file system is mounted over its parent)."""
+    scheduler_file = tmp_path / "scheduler.json"
+    data = tmp_path / "data" / "cifar"
+    _write_cifar10(data)
+    processes.scheduler(scheduler_file)
+    processes.worker(scheduler_file, "0")
+    hide = f'mount -t tmpfs none {data.parent} && exec "$@"'
+    processes.worker(
+        scheduler_file,
+        "1",
+        prefix=["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, "sh"],
+    )
+    config = RunConfig(
+        **{**RUN, "dataset": f"cifar10:{data}", "model": "mlp", "batch_size": 8},
+        scheduler_file=str(scheduler_file),
+        wait_for_workers=60,
+    )
+    with pytest.raises(ClusterError) as raised:
+        run_training(config, progress=lambda line: None)
+    message = str(raised.value)
+    assert message.startswith("--dataset: worker 1 ")
+    assert f"cannot read cifar10:{data}: {data} does not exist" in message
+
+
+def test_a_client_and_a_cluster_object_are_used_and_left_open():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster:
+        on_cluster = run_training(RunConfig(**RUN, cluster=cluster), progress=lambda line: None)
+        assert cluster.status.name == "running"
+        with Client(cluster) as client:
+            on_client = run_training(RunConfig(**RUN, cluster=client), progress=lambda line: None)
+            assert client.status == "running"
+            assert client.submit(lambda: 41 + 1).result() == 42
+            # Stored and shown as its scheduler's address.
+            assert RunConfig(cluster=client).to_dict()["cluster"] == cluster.scheduler_address
+    assert on_cluster.summary["final_loss"] == on_client.summary["final_loss"]
