@@ -103,8 +103,21 @@ def publishing(
         publisher.close()
 
 
+def _has_pages(dask_scheduler=None) -> bool:
+    """On the scheduler (``client.run_on_scheduler``): whether it took the preload."""
+    return PUBLISH_EVENTS in dask_scheduler.handlers
+
+
 def publish_run(session, strategy: str, job, log: EventLog, progress: Callable[[str], None]):
-    """:func:`publishing` for a training run on a cluster session."""
+    """:func:`publishing` for a training run on a cluster session. A cluster the run joined
+    is asked first whether its scheduler has the pages (a message it has no handler for would
+    put a traceback in its log)."""
+    if not session.owned and not session.client.run_on_scheduler(_has_pages):
+        progress(
+            f"[{strategy}] dashboard pages off: the scheduler has no workbench pages; start it "
+            f"with --preload {PRELOAD}"
+        )
+        return contextlib.nullcontext()
     description = {
         "strategy": strategy,
         "devices": list(session.device_names),
