@@ -1,16 +1,19 @@
 """Several hosts on one machine: network namespaces joined by a bridge, each host's link to it
 rate-limited, a Dask scheduler and workers started inside them.
 
-Each emulated host is a network namespace with one address (``10.213.0.<host + 1>``); its
-workers listen on that address, so the workbench sees them as on different hosts: peers on one
-host use the shared-memory channels, peers on different hosts go over TCP, through the host's
-virtual link (a veth pair to a bridge in a namespace of its own), whose two directions are
-each limited to ``rate`` by a token-bucket queue (``tc qdisc ... tbf``). This process joins the
-bridge too, unlimited, so a client here reaches the scheduler as it would a real cluster's.
+Each emulated host is a network namespace with one address (``10.213.0.<host + 1>``) and a
+``/dev/shm`` of its own (a tmpfs per host, bound over ``/dev/shm`` in each of its processes'
+mount namespaces); its workers listen on that address, so the workbench sees them as on
+different hosts: peers on one host use the shared-memory channels (they see each other's
+segments), peers on different hosts cannot, and go over TCP, through the host's virtual link (a
+veth pair to a bridge in a namespace of its own), whose two directions are each limited to
+``rate`` by a token-bucket queue (``tc qdisc ... tbf``). This process joins the bridge too,
+unlimited, so a client here reaches the scheduler as it would a real cluster's.
 
 Everything is torn down on exit, including after an error: the processes (terminated, then
-killed), the namespaces (which takes their links with them). Needs Linux, root, ``ip`` and
-``tc`` (iproute2); :func:`why_hosts_cannot_be_emulated` says what is missing.
+killed), the namespaces (which takes their links with them), the hosts' /dev/shm file
+systems. Needs Linux, root, ``ip`` and ``tc`` (iproute2); :func:`why_hosts_cannot_be_emulated`
+says what is missing.
 """
 
 from __future__ import annotations
@@ -47,10 +50,28 @@ class EmulatedHosts:
     host_addresses: tuple[str, ...]
     workers_per_host: int
     rate: str
+    links: tuple[str, ...] = ()  # each host's end of its link (in its namespace)
 
     @property
     def devices(self) -> int:
         return len(self.namespaces) * self.workers_per_host
+
+    def link_bytes(self) -> list[tuple[int, int]]:
+        """Bytes each host has sent and received over its link so far (its interface's
+        counters: everything that crossed the shaped link, whatever sent it)."""
+        return [
+            (_counter(namespace, link, "tx_bytes"), _counter(namespace, link, "rx_bytes"))
+            for namespace, link in zip(self.namespaces, self.links)
+        ]
+
+
+def _counter(namespace: str, link: str, name: str) -> int:
+    # sysfs as the namespace sees it: ``ip netns exec`` mounts the namespace's own /sys.
+    path = f"/sys/class/net/{link}/statistics/{name}"
+    read = subprocess.run(
+        ["ip", "netns", "exec", namespace, "cat", path], capture_output=True, text=True, check=True
+    )
+    return int(read.stdout)
 
 
 def why_hosts_cannot_be_emulated() -> str | None:
@@ -97,13 +118,18 @@ def _link(prefix: str, index: int, switch: str, namespace: str | None, address: 
         _limit(switch, outer, rate)  # downloads
 
 
-def _start(namespace: str, argv: list[str], log: Path) -> subprocess.Popen:
+# ``ip netns exec`` runs its command in a mount namespace of its own: there the host's tmpfs
+# is bound over /dev/shm before the command starts.
+_WITH_HOST_SHM = 'mount --bind "$0" /dev/shm && exec "$@"'
+
+
+def _start(namespace: str, shm: Path, argv: list[str], log: Path) -> subprocess.Popen:
     # What the workbench's own local clusters give their workers (one BLAS thread, no
     # trimming of freed memory every step).
     environment = {**os.environ, **WORKER_ENVIRONMENT}
     with open(log, "wb") as output:
         return subprocess.Popen(
-            ["ip", "netns", "exec", namespace, *argv],
+            ["ip", "netns", "exec", namespace, "sh", "-c", _WITH_HOST_SHM, str(shm), *argv],
             stdout=output,
             stderr=subprocess.STDOUT,
             env=environment,
@@ -154,10 +180,16 @@ def emulated_hosts(
     namespaces = [f"{prefix}h{host}" for host in range(hosts)]
     addresses = [f"{SUBNET}.{host + 1}" for host in range(hosts)]
     created: list[str] = []
+    mounted: list[Path] = []
     processes: list[subprocess.Popen] = []
     with tempfile.TemporaryDirectory(prefix="dtrain-hosts-") as folder:
         logs = Path(folder)
+        shms = [logs / f"shm-{host}" for host in range(hosts)]
         try:
+            for shm in shms:
+                shm.mkdir(mode=0o1777)
+                _run("mount", "-t", "tmpfs", "-o", "size=1g,mode=1777", "tmpfs", str(shm))
+                mounted.append(shm)
             _run("ip", "netns", "add", switch)
             created.append(switch)
             _run("ip", "-n", switch, "link", "add", "br0", "type", "bridge")
@@ -174,6 +206,7 @@ def emulated_hosts(
             processes.append(
                 _start(
                     namespaces[0],
+                    shms[0],
                     [
                         *(python, "-m", "distributed.cli.dask_scheduler", "--host", addresses[0]),
                         *("--port", str(port), "--no-dashboard"),
@@ -187,6 +220,7 @@ def emulated_hosts(
                     processes.append(
                         _start(
                             namespace,
+                            shms[host],
                             [
                                 *(python, "-m", "distributed.cli.dask_worker", scheduler),
                                 *("--host", address, "--nthreads", "1", "--name", str(rank)),
@@ -197,10 +231,18 @@ def emulated_hosts(
                     )
             _wait_for_workers(scheduler, hosts * workers_per_host, timeout, logs)
             yield EmulatedHosts(
-                scheduler, tuple(namespaces), tuple(addresses), workers_per_host, rate
+                scheduler,
+                tuple(namespaces),
+                tuple(addresses),
+                workers_per_host,
+                rate,
+                links=tuple(f"{prefix}i{host}" for host in range(hosts)),
             )
         finally:
             _stop(processes)
+            for shm in mounted:
+                with contextlib.suppress(HostsUnavailable, subprocess.TimeoutExpired):
+                    _run("umount", str(shm))
             for namespace in reversed(created):
                 with contextlib.suppress(HostsUnavailable, subprocess.TimeoutExpired):
                     _run("ip", "netns", "del", namespace)
