@@ -137,8 +137,12 @@ class RunConfig:
     cluster: Any = None
     scheduler_file: str | None = None
     wait_for_workers: float | None = None
+    tls_ca_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
     protocol: str = "tcp"
     save: str | None = None
+    tensorboard: str | None = None
     resume: str | None = None
     warmup_steps: int = 0
     lr_scaling: str = "none"
@@ -201,6 +205,8 @@ class RunConfig:
         data["hidden"] = list(self.hidden)
         data["simulate_straggler"] = [list(entry) for entry in self.simulate_straggler]
         data["simulate_overflow"] = list(self.simulate_overflow)
+        if self.tensorboard is not None:  # the Python API may pass a Path
+            data["tensorboard"] = os.fspath(self.tensorboard)
         if flat:
             data.update(self.options)
         return data
@@ -330,12 +336,22 @@ RUN_OPTIONS: tuple[Option, ...] = (
         optional=True,
     ),
     _run_option(
+        "tls_ca_file",
+        str,
+        "a tls:// cluster's certificate authority (default: Dask's distributed.comm.tls config)",
+    ),
+    _run_option("tls_cert", str, "this client's certificate for a tls:// cluster"),
+    _run_option("tls_key", str, "this client's private key for a tls:// cluster"),
+    _run_option(
         "protocol",
         str,
         "comms of the cluster the workbench starts (ucx: device-to-device on GPUs)",
         choices=PROTOCOL_NAMES,
     ),
     _run_option("save", str, "directory to write a checkpoint to"),
+    _run_option(
+        "tensorboard", str, "directory to write TensorBoard event files to (a folder per run)"
+    ),
     _run_option("resume", str, "checkpoint directory to continue from"),
     _run_option("warmup_steps", int, "linear learning-rate warm-up steps", minimum=0),
     _run_option(
@@ -428,6 +444,7 @@ def check_run_options(config: RunConfig) -> None:
             f"chooses the comms of a cluster the workbench starts; the cluster at "
             f"{where} already uses its own (its address says which)",
         )
+    check_tls_files(config, joins)
     if config.wait_for_workers is not None and not joins:
         raise ConfigError(
             "--wait-for-workers",
@@ -436,12 +453,70 @@ def check_run_options(config: RunConfig) -> None:
         )
     straggler_pairs(config.simulate_straggler)
     overflow_steps(config.simulate_overflow)
+    if config.tensorboard is not None:
+        check_output_directory("--tensorboard", config.tensorboard)
     if config.epochs is not None and config.steps is not None:
         raise ConfigError("--epochs", "give either --epochs or --steps, not both")
     if config.lr is not None and (
         isinstance(config.lr, bool) or not isinstance(config.lr, int | float) or not config.lr > 0
     ):
         raise ConfigError("--lr", f"must be a number > 0, got {config.lr!r}")
+
+
+def check_tls_files(config: RunConfig, joins: bool) -> None:
+    """``--tls-ca-file``, ``--tls-cert`` and ``--tls-key``: for a cluster the run joins (one
+    the workbench starts makes its own credentials), each an existing file, the key with its
+    certificate."""
+    given = {
+        "--tls-ca-file": config.tls_ca_file,
+        "--tls-cert": config.tls_cert,
+        "--tls-key": config.tls_key,
+    }
+    for flag, path in given.items():
+        if path is None:
+            continue
+        if not joins:
+            raise ConfigError(
+                flag,
+                "is a credential for a tls:// cluster the run joins (add --cluster or "
+                "--scheduler-file); a cluster the workbench starts makes its own",
+            )
+        if not Path(path).expanduser().is_file():
+            raise ConfigError(flag, f"{path} is not a file")
+    if (config.tls_cert is None) != (config.tls_key is None):
+        missing = "--tls-key" if config.tls_key is None else "--tls-cert"
+        raise ConfigError(missing, "the certificate and its private key go together: give both")
+
+
+def check_output_directory(flag: str, path: Any) -> None:
+    """A directory that outputs go under (``--tensorboard``): one that exists, or one that can
+    be created (its nearest existing parent a writable directory); checked before any cluster
+    starts, so a typo does not cost a run.
+
+    Examples
+    --------
+    >>> try:
+    ...     check_output_directory("--tensorboard", "/dev/null/runs")
+    ... except ConfigError as error:
+    ...     print(error)
+    --tensorboard: cannot create /dev/null/runs: /dev/null is not a directory
+    """
+    if not isinstance(path, str | os.PathLike) or not os.fspath(path):
+        raise ConfigError(flag, f"expected a directory path, got {path!r}")
+    target = Path(path).expanduser()
+    if target.exists():
+        if not target.is_dir():
+            raise ConfigError(flag, f"{target} exists and is not a directory")
+        if not os.access(target, os.W_OK | os.X_OK):
+            raise ConfigError(flag, f"{target} is not writable")
+        return
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(flag, f"cannot create {target}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(flag, f"cannot create {target}: {parent} is not writable")
 
 
 def straggler_pairs(stragglers: Any) -> tuple[tuple[str, float], ...]:

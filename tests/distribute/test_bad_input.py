@@ -126,6 +126,7 @@ def test_compile_checks_fit_options_and_refuses_what_a_loop_cannot_honour(no_clu
         ({"learning_rate": 0.1}, "learning_rate"),
         ({"save": "somewhere"}, "save"),
         ({"checkpoint_every": 5}, "checkpoint_every"),
+        ({"tensorboard": "tb"}, "tensorboard"),
     ]:
         with pytest.raises(ConfigError) as raised:
             model.compile(**options)

@@ -118,6 +118,7 @@ MALFORMED = [
     ("--hosts 0", None, ["--hosts"]),
     ("--stall-timeout 0", None, ["--stall-timeout"]),
     ("--save /dev/null", None, ["--save", "/dev/null", "not a directory"]),
+    ("--tensorboard /dev/null", None, ["--tensorboard", "/dev/null", "not a directory"]),
     ("--resume /no/such/checkpoint", None, ["--resume", "manifest.json"]),
     ("--frobnicate", None, ["--frobnicate", "unknown flag"]),
     (
@@ -137,6 +138,13 @@ MALFORMED = [
         ["--wait-for-workers", "--cluster or --scheduler-file"],
     ),
     ("--wait-for-workers soon", None, ["--wait-for-workers", "'soon'"]),
+    (
+        "--strategy mirrored --devices 2 --cluster tls://127.0.0.1:9 --tls-ca-file /no/ca.pem",
+        None,
+        ["--tls-ca-file", "/no/ca.pem", "is not a file"],
+    ),
+    ("--strategy mirrored --devices 2 --tls-cert c.pem", None, ["--tls-cert", "tls://"]),
+    ("--strategy mirrored --devices 2 --tls-key k.pem", None, ["--tls-key", "tls://"]),
     ("--device 2", None, ["--device", "did you mean --devices"]),
     ("--steps 3 extra", None, ["extra"]),
     ("garbage", None, ["'garbage'", "list", "stop", "status"]),

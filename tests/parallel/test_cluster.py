@@ -35,5 +35,6 @@ def test_more_devices_than_the_cluster_has_is_refused(external_cluster):
     config = RunConfig(
         strategy="mirrored", devices=4, steps=2, cluster=external_cluster.scheduler_address
     )
-    with pytest.raises(ClusterError, match="--devices: 4 devices requested but the scheduler at .* has 2 workers"):
+    refused = r"--devices: 4 devices requested but the scheduler at .* has 2 workers"
+    with pytest.raises(ClusterError, match=refused):
         run_training(config, progress=lambda _: None)

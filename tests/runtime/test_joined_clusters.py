@@ -6,10 +6,7 @@ of the workbench, a worker that cannot read the data set, too few workers in tim
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,65 +16,9 @@ from distributed import Client, LocalCluster
 
 from workbench.config import RunConfig
 from workbench.launch.runner import run_training
-from workbench.runtime.cluster import WORKER_ENVIRONMENT, ClusterError
+from workbench.runtime.cluster import ClusterError
 
-BIN = Path(sys.executable).parent
-RUN = dict(strategy="mirrored", devices=2, dataset="synthetic:16:4:256", hidden=(8,), steps=6)
-RUN_FLAGS = ["--strategy", "mirrored", "--devices", "2", "--dataset", "synthetic:16:4:256"]
-RUN_FLAGS += ["--hidden", "8", "--steps", "6", "--batch-size", "32", "--no-calibrate"]
-SCHEDULER = ["--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
-
-
-class Processes:
-    """Command-line processes a test starts, each in a process group of its own, all killed
-    at the end (a failed test included)."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.started: list[subprocess.Popen] = []
-        self.logs = tmp_path
-
-    def start(self, name: str, command: list[str], **options) -> subprocess.Popen:
-        log = open(self.logs / f"{name}.log", "w")  # noqa: SIM115 (closed with the process)
-        environment = {**os.environ, **WORKER_ENVIRONMENT, **options.pop("env", {})}
-        process = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=environment,
-            start_new_session=True,
-            **options,
-        )
-        self.started.append(process)
-        return process
-
-    def scheduler(self, scheduler_file: Path) -> None:
-        self.start(
-            "scheduler",
-            [str(BIN / "dask"), "scheduler", "--scheduler-file", str(scheduler_file), *SCHEDULER],
-        )
-
-    def worker(self, scheduler_file: Path, name: str, *extra: str, prefix=()) -> None:
-        command = [str(BIN / "dask"), "worker", "--scheduler-file", str(scheduler_file)]
-        command += ["--name", name, "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard"]
-        self.start(f"worker-{name}", [*prefix, *command, *extra])
-
-    def close(self) -> None:
-        for process in self.started:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.started:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=15)
-
-
-@pytest.fixture
-def processes(tmp_path):
-    started = Processes(tmp_path)
-    yield started
-    started.close()
+from .dask_cli import BIN, RUN, RUN_FLAGS
 
 
 def test_a_run_waits_for_the_workers_of_a_scheduler_file_cluster(tmp_path, processes):

@@ -83,6 +83,17 @@ def test_the_receiver_takes_the_bytes_the_sender_wrote(pair, array):
     assert received.tobytes() == np.ascontiguousarray(array).tobytes()
 
 
+def test_segments_and_fifos_are_readable_by_their_owner_only(pair):
+    """Another user on the machine can neither read a run's tensors nor write its FIFOs."""
+    pair.send("t", np.ones(8, np.float32))
+    objects = _objects(pair.run_id)
+    assert any(name.endswith("-ready") for name in objects) and pair.segments()
+    for name in objects:
+        mode = os.stat(os.path.join(SHM_DIRECTORY, name)).st_mode & 0o777
+        assert mode == 0o600, (name, oct(mode))
+    pair.take("t").copy()
+
+
 def test_a_message_is_added_or_copied_straight_into_the_receivers_buffer(pair):
     pair.send("a", np.full(4, 2.0))
     pair.send("b", np.arange(4.0))

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from workbench.bench.command import bench_command
+from workbench.cli.export_command import export_command
 from workbench.data import load_dataset
 from workbench.events import EventLog
 from workbench.launch.errors import USER_ERRORS
@@ -34,6 +35,7 @@ commands:
           --what-if: predict every strategy for this model, batch and cluster, ranked
   calibrate  time the devices, links and dispatch of the run's cluster (cached)
   bench   run the benchmark suites side by side with their peers (dtrain bench --help)
+  export  write a stored run's events for other tools: --tensorboard DIR RUN_ID
 """
 
 
@@ -129,8 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return calibrate_command(rest)
     if command == "bench":
         return bench_command(rest)
+    if command == "export":
+        return export_command(rest)
     print(
-        f"dtrain: error: unknown command {command!r}; choose one of: run, plan, calibrate, bench",
+        f"dtrain: error: unknown command {command!r}; choose one of: run, plan, calibrate, bench, "
+        "export",
         file=sys.stderr,
     )
     return 2

@@ -151,6 +151,12 @@ class Strategy:
                     "is fit's; a custom loop decides its own steps (gather_variables() and "
                     "workbench.save_checkpoint save them)",
                 )
+        if "tensorboard" in options:
+            raise ConfigError(
+                "tensorboard",
+                "is fit's; a custom loop's steps are its own (write their scalars from the loop, "
+                "e.g. with tensorboardX's SummaryWriter)",
+            )
         self._compiled = prepare_run(self.config(**options), model)
         self._closed, self._broken, self._final = False, None, None
 

@@ -73,7 +73,8 @@ class RunLink:
         """Train the prepared run and end its record as the run ends: finished, stopped (asked
         to, or interrupted with Ctrl-C) or failed; an error is re-raised after it is recorded."""
         try:
-            result = execute_run(prepared, self.log, progress)
+            # Its TensorBoard folder, if any, is named like its record in the store.
+            result = execute_run(prepared, self.log, progress, self.recorder.run.run_id)
         except KeyboardInterrupt:
             self.finish("stopped", error="interrupted (Ctrl-C)")
             raise

@@ -19,6 +19,7 @@ from workbench.config import ConfigError, RunConfig, total_steps
 from workbench.dashboard import DashboardObserver
 from workbench.data import DatasetError, GlobalBatchSampler, load_dataset
 from workbench.events import EventLog, summarize
+from workbench.launch.tensorboard_run import LiveTensorBoard
 from workbench.models import Sequential, build_model
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.planner.device_costs import measured_costs
@@ -190,8 +191,24 @@ def predicted_figures(
     }, prediction
 
 
-def execute_run(prepared: PreparedRun, log: EventLog, progress: Progress) -> RunResult:
-    """Train a prepared run (stops early when ``prepared.job.stop`` is set), evaluate, save."""
+def execute_run(
+    prepared: PreparedRun, log: EventLog, progress: Progress, run_name: str | None = None
+) -> RunResult:
+    """Train a prepared run (stops early when ``prepared.job.stop`` is set), evaluate, save;
+    with ``--tensorboard``, write its TensorBoard files as it goes, into a folder named
+    ``run_name`` (default: its start time and strategy), closed also when the run fails."""
+    board = LiveTensorBoard.attach(prepared.config, prepared.job, log, progress, run_name)
+    try:
+        result = _train_and_summarize(prepared, log, progress)
+    except BaseException:
+        board.close()
+        raise
+    board.close(result.summary)
+    return result
+
+
+def _train_and_summarize(prepared: PreparedRun, log: EventLog, progress: Progress) -> RunResult:
+    """Train, evaluate, save, and summarise the run from its events."""
     config, job, strategy = prepared.config, prepared.job, prepared.strategy
     model, dataset, device_type = job.model, job.dataset, job.device_type
     steps, first_step = job.total_steps, job.first_step

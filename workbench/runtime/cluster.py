@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -115,14 +116,26 @@ def _local_cluster(devices: int, device_type: str, scheduler_options: dict, prot
     if device_type == "gpu":
         runtime = gpu_runtime()
         assert runtime is not None  # local_device_type decided gpu
-        return runtime.local_cluster(devices, protocol, scheduler_options)
-    return local_cpu_cluster(devices, protocol, scheduler_options)
+        return runtime.local_cluster(devices, protocol, scheduler_options, local_security(protocol))
+    return local_cpu_cluster(devices, protocol, scheduler_options, local_security(protocol))
 
 
-def local_cpu_cluster(devices: int, protocol: str, scheduler_options: dict):
-    """A local cluster of ``devices`` single-threaded worker processes on 127.0.0.1."""
-    import os
+def local_security(protocol: str):
+    """Credentials for a cluster the workbench starts: a temporary TLS certificate made for
+    it (``Security.temporary``), held in this process's memory and handed to the workers it
+    spawns, so on a shared machine no other user (nor any other process) can connect and
+    submit code to it. None over UCX (Dask's UCX comms have no TLS) and with
+    ``DTRAIN_LOCAL_TLS=0`` (for measuring what TLS costs: ``dtrain bench ddp``)."""
+    if protocol != "tcp" or os.environ.get("DTRAIN_LOCAL_TLS", "1") == "0":
+        return None
+    from distributed.security import Security
 
+    return Security.temporary()
+
+
+def local_cpu_cluster(devices: int, protocol: str, scheduler_options: dict, security=None):
+    """A local cluster of ``devices`` single-threaded worker processes on 127.0.0.1, over TLS
+    with ``security`` (see :func:`local_security`)."""
     import dask
     from distributed import LocalCluster
 
@@ -145,7 +158,8 @@ def local_cpu_cluster(devices: int, protocol: str, scheduler_options: dict):
                 host="127.0.0.1",
                 dashboard_address="127.0.0.1:0",
                 memory_limit=0,
-                protocol=protocol,
+                protocol="tls" if security is not None else protocol,
+                security=security,
                 scheduler_kwargs=scheduler_options,  # e.g. the dashboard pages' preload
             )
     finally:

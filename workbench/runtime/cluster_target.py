@@ -37,6 +37,8 @@ class ClusterTarget:
     scheduler_file: str | None = None
     client: Any = None  # a distributed.Client the user made
     cluster: Any = None  # a Dask cluster object the user made
+    # --tls-ca-file, --tls-cert, --tls-key (None: Dask's distributed.comm.tls config decides)
+    tls: tuple[str | None, str | None, str | None] | None = None
 
     @classmethod
     def of(cls, config: RunConfig) -> ClusterTarget:
@@ -51,8 +53,10 @@ class ClusterTarget:
         True
         """
         value = config.cluster
+        files = (config.tls_ca_file, config.tls_cert, config.tls_key)
+        tls = files if any(path is not None for path in files) else None
         if value is None or isinstance(value, str):
-            return cls(address=value, scheduler_file=config.scheduler_file)
+            return cls(address=value, scheduler_file=config.scheduler_file, tls=tls)
         if is_client(value):
             return cls(client=value)
         if hasattr(value, "scheduler_address"):
@@ -85,20 +89,31 @@ class ClusterTarget:
 
         if self.client is not None:
             return self.client, False
+        options: dict[str, Any] = {"timeout": timeout, "set_as_default": False}
+        if self.tls is not None:
+            options["security"] = self.security()
         try:
             if self.cluster is not None:
-                return Client(self.cluster, timeout=timeout, set_as_default=False), True
+                return Client(self.cluster, **options), True
             if self.scheduler_file is not None:
-                _wait_for_file(Path(self.scheduler_file).expanduser(), wait or 0.0, progress)
-                client = Client(
-                    scheduler_file=str(Path(self.scheduler_file).expanduser()),
-                    timeout=timeout,
-                    set_as_default=False,
-                )
-                return client, True
-            return Client(self.address, timeout=timeout, set_as_default=False), True
+                path = Path(self.scheduler_file).expanduser()
+                _wait_for_file(path, wait or 0.0, progress)
+                return Client(scheduler_file=str(path), **options), True
+            return Client(self.address, **options), True
         except (OSError, TimeoutError) as error:
             raise ClusterError(f"{self.flag}: cannot reach {self.describe()}: {error}") from None
+
+    def security(self) -> Any:
+        """The client's TLS credentials from ``--tls-ca-file``, ``--tls-cert``, ``--tls-key``
+        (encryption required: a tls:// scheduler only)."""
+        from distributed.security import Security
+
+        ca_file, cert, key = (
+            None if path is None else str(Path(path).expanduser()) for path in self.tls or ()
+        )
+        return Security(
+            tls_ca_file=ca_file, tls_client_cert=cert, tls_client_key=key, require_encryption=True
+        )
 
     @property
     def flag(self) -> str:

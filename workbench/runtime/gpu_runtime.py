@@ -37,7 +37,8 @@ class GpuRuntime:
     stream_pointer: Callable[[], int]  # the current stream, where collectives are queued
     synchronize: Callable[[], None]  # wait for the device's queued work
     # (devices, protocol, scheduler options) -> a started local cluster, one GPU per worker
-    local_cluster: Callable[[int, str, dict], Any]
+    # (devices, protocol, scheduler options, TLS security or None) -> a local cluster
+    local_cluster: Callable[[int, str, dict, Any], Any]
 
 
 def _nvml_device_count() -> int:
@@ -50,7 +51,7 @@ def _nvml_device_count() -> int:
         return 0
 
 
-def _local_cuda_cluster(devices: int, protocol: str, scheduler_options: dict):
+def _local_cuda_cluster(devices: int, protocol: str, scheduler_options: dict, security=None):
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError as error:
@@ -62,7 +63,8 @@ def _local_cuda_cluster(devices: int, protocol: str, scheduler_options: dict):
         threads_per_worker=1,
         host="127.0.0.1",
         dashboard_address="127.0.0.1:0",
-        protocol=protocol,
+        protocol="tls" if security is not None else protocol,
+        security=security,
         scheduler_kwargs=scheduler_options,  # e.g. the dashboard pages' preload
     )
 

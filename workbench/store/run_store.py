@@ -216,9 +216,17 @@ class RunStore:
     def __init__(self, root: str | os.PathLike | None = None) -> None:
         self.root = Path(root) if root is not None else default_store_root()
 
+    def private_root(self) -> Path:
+        """The store's directory, made readable by its owner only when this makes it (runs
+        hold configurations, data paths and losses; calibrations a cluster's layout)."""
+        if not self.root.is_dir():
+            self.root.mkdir(parents=True, mode=0o700, exist_ok=True)
+            os.chmod(self.root, 0o700)  # mkdir's mode passes through the umask
+        return self.root
+
     def create(self, run_id: str, config: dict, steps: int | None = None) -> RunRecorder:
         """A new run, ``running``; ``steps`` is how many global steps it will take."""
-        path = self.root / run_id
+        path = self.private_root() / run_id
         path.mkdir(parents=True, exist_ok=False)
         _write_json_atomically(path / "config.json", config)
         status = {
@@ -259,6 +267,7 @@ class RunStore:
         return path.read_text(encoding="utf-8") if path.exists() else None
 
     def save_calibration(self, signature: str, text: str) -> None:
+        self.private_root()
         path = self.calibration_path(signature)
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
