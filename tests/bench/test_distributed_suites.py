@@ -143,8 +143,16 @@ def test_ddp_suite_reports_every_contender(results):
     settings = result["settings"]
     assert settings["layers"] == [784, 16, 10] and settings["per_device_batch"] == 8
     assert settings["warmup_steps"] == 3 and settings["timed_steps"] == 27
-    assert set(result["contenders"]) == {"mirrored", "ddp", "one_device", "torch"}
-    _check_timed(result, ("mirrored", "one_device"))
+    assert set(result["contenders"]) == {
+        "mirrored",
+        "ddp",
+        "mirrored_without_tls",
+        "one_device",
+        "torch",
+    }
+    _check_timed(result, ("mirrored", "mirrored_without_tls", "one_device"))
+    tls = result["ratios"]["tls_over_plain_throughput"]
+    assert tls["median"] > 0 and tls["min"] <= tls["median"] <= tls["max"]
     for name, devices in (("mirrored", settings["devices"]), ("one_device", 1)):
         row = result["contenders"][name]
         _check_breakdown(row["phases_ms"], devices)

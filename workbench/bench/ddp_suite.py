@@ -7,12 +7,16 @@ is a real ``run_training`` (its devices are Dask workers exchanging gradients pe
 a ring all-reduce); DDP is :mod:`workbench.bench.ddp_reference`. Each contender runs
 ``repeats`` times, alternating with the other, and reports its median steady-state samples/s.
 For context, the same step on one device: the workbench's ``one-device`` and single-process
-PyTorch (one thread each).
+PyTorch (one thread each); and ``mirrored`` on a cluster without TLS (``DTRAIN_LOCAL_TLS=0``:
+the clusters the workbench starts speak TLS), which measures what TLS costs, side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,6 +29,7 @@ TARGET_WORKBENCH_OVER_DDP = 1.0  # mirrored must be at least as fast as DDP
 LABELS = {
     "mirrored": "workbench mirrored",
     "ddp": "PyTorch DDP (gloo)",
+    "mirrored_without_tls": "workbench mirrored, TLS off",
     "one_device": "workbench one-device",
     "torch": "PyTorch, one process",
 }
@@ -45,11 +50,25 @@ def _orders(repeats: int) -> list[list[str]]:
     """Per repeat, who runs in what order: the pair being compared back to back, alternating
     who goes first, then the context rows."""
     return [
-        ["mirrored", "ddp", "one_device", "torch"]
+        ["mirrored", "ddp", "mirrored_without_tls", "one_device", "torch"]
         if index % 2 == 0
-        else ["ddp", "mirrored", "torch", "one_device"]
+        else ["mirrored_without_tls", "ddp", "mirrored", "torch", "one_device"]
         for index in range(repeats)
     ]
+
+
+@contextlib.contextmanager
+def _without_tls() -> Iterator[None]:
+    """Clusters started meanwhile speak plain TCP (``workbench.runtime.cluster.local_security``)."""
+    before = os.environ.get("DTRAIN_LOCAL_TLS")
+    os.environ["DTRAIN_LOCAL_TLS"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["DTRAIN_LOCAL_TLS"]
+        else:
+            os.environ["DTRAIN_LOCAL_TLS"] = before
 
 
 def run_ddp_suite(settings: DDPSuiteSettings, progress: Progress) -> dict[str, Any]:
@@ -96,7 +115,10 @@ def run_ddp_suite(settings: DDPSuiteSettings, progress: Progress) -> dict[str, A
                 if name in missing:
                     continue
                 progress(f"repeat {index + 1}/{settings.repeats}: {LABELS[name]}")
-                if name in configs:
+                if name == "mirrored_without_tls":
+                    with _without_tls():
+                        runs[name].append(trainer(configs["mirrored"]))
+                elif name in configs:
                     runs[name].append(trainer(configs[name]))
                 else:
                     runs[name].append(ddp_reference.run_ddp(peers[name]))
@@ -130,6 +152,10 @@ def _result(settings, warmup, runs, missing) -> dict[str, Any]:
     ratios: dict[str, Any] = {
         "workbench_over_ddp_throughput": None,
         "one_device_over_torch_throughput": None,
+        # What TLS costs the workbench: mirrored with it over mirrored without, run by run.
+        "tls_over_plain_throughput": paired_ratios(
+            rates["mirrored"], rates["mirrored_without_tls"]
+        ).summary(),
     }
     if "ddp" in rates:
         # Repeat by repeat: the two ran back to back, so each ratio cancels that minute's drift.
@@ -209,6 +235,11 @@ def render(result: dict[str, Any]) -> str:
             f"{verdict})",
             f"- context, one device: workbench / PyTorch samples/s {context['median']:.2f}",
         ]
+    tls = ratios["tls_over_plain_throughput"]
+    lines.append(
+        f"- TLS on / off (the workbench's clusters speak TLS): mirrored samples/s "
+        f"{tls['median']:.3f} (per repeat {tls['min']:.3f} - {tls['max']:.3f})"
+    )
     lines += [
         f"- method: {settings['repeats']} runs of each contender, alternating (mirrored and DDP "
         f"back to back); {settings['steps']} steps per run, the first "
