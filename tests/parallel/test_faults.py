@@ -180,7 +180,7 @@ def test_a_slow_async_worker_applies_fewer_updates_and_staleness_shows():
 
 def _kill_async_worker_zero(job_box: list) -> None:
     job = job_box[0]
-    with Client(job.scheduler_address, timeout=10) as client:
+    with Client(job.scheduler_address, timeout=10, security=job.scheduler_security) as client:
         workers = client.scheduler_info(n_workers=-1)["workers"]
         address = next(a for a, w in workers.items() if str(w.get("name")) == "0")
         pid = client.run(os.getpid, workers=[address])[address]

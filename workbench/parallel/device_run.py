@@ -116,6 +116,7 @@ def run_on_devices(
         job.device_type = session.device_type  # decided by the workers' reports
         job.dashboard_link = session.dashboard_link
         job.scheduler_address = getattr(session.client.scheduler, "address", None)
+        job.scheduler_security = getattr(session.client, "security", None)
         if session.dashboard_link:
             progress(f"[{strategy}] Dask dashboard: {session.dashboard_link}")
         attempt = Attempt(strategy, job, log, progress, session, make_plan, deadline)

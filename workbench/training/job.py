@@ -64,6 +64,8 @@ class TrainingJob:
     # The Dask dashboard of the cluster the run uses, once it has one (the panel links to it).
     dashboard_link: str | None = None
     scheduler_address: str | None = None
+    # The credentials that reach it (a cluster the workbench starts speaks TLS with its own).
+    scheduler_security: Any = None
     # (test loss, test accuracy) once evaluated: see evaluate_on_test.
     test_result: tuple[float, float] | None = None
     observers: list[ClusterObserver] = field(default_factory=list)
