@@ -46,7 +46,8 @@ def test_a_mirrored_run_shows_both_devices_and_their_traffic(shell):
     # The store says which cluster it ran on (the JupyterLab sidebar lists it).
     status = RunStore().open(run.run_id).status()
     assert status["dashboard_link"] == run.job.dashboard_link is not None
-    assert status["scheduler_address"].startswith("tcp://127.0.0.1:")
+    # (over TLS: the clusters the workbench starts speak it)
+    assert status["scheduler_address"].startswith("tls://127.0.0.1:")
 
 
 def test_the_panels_stop_button_ends_a_live_run(shell):

@@ -93,7 +93,8 @@ def test_events_say_how_device_tensors_travelled(cpu_double_gpus, no_leftover_pr
     pipeline = gpu_run(strategy="pipeline", devices=2, stages=2)
     assert _routes(pipeline, {"send", "recv"}) == {"host-staged:shared-memory"}
     servers = gpu_run(strategy="parameter-server", devices=2, ps=1)
-    assert _routes(servers, {"ps-pull", "ps-push"}) == {"host-staged:tcp"}
+    # Dask's comms of a cluster the workbench starts: TCP with TLS.
+    assert _routes(servers, {"ps-pull", "ps-push"}) == {"host-staged:tls"}
 
 
 def test_without_shared_memory_device_tensors_go_through_dask_comms(
@@ -101,7 +102,7 @@ def test_without_shared_memory_device_tensors_go_through_dask_comms(
 ):
     cpu_double_gpus.setenv("DTRAIN_SHARED_MEMORY", "0")
     result = gpu_run(strategy="model-parallel", devices=2)
-    assert _routes(result, {"send", "recv"}) == {"host-staged:tcp"}
+    assert _routes(result, {"send", "recv"}) == {"host-staged:tls"}
 
 
 def test_cpu_runs_report_cpu_routes(no_leftover_processes):

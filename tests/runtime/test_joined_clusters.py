@@ -23,7 +23,8 @@ from .dask_cli import BIN, RUN, RUN_FLAGS
 
 def test_a_run_waits_for_the_workers_of_a_scheduler_file_cluster(tmp_path, processes):
     """The run asks first; the scheduler and then its workers come later, as a batch
-    system starts them. The run waits, says how many joined, then trains."""
+    system starts them (each only once the run says it waits for it). The run waits, says
+    how many joined, then trains."""
     scheduler_file = tmp_path / "scheduler.json"
     joining = ["--scheduler-file", str(scheduler_file), "--wait-for-workers", "60"]
     run = subprocess.Popen(
@@ -34,15 +35,22 @@ def test_a_run_waits_for_the_workers_of_a_scheduler_file_cluster(tmp_path, proce
         start_new_session=True,
     )
     processes.started.append(run)
-    time.sleep(1.0)
-    assert run.poll() is None, run.stderr.read()
+    # Nothing is started before the run says it waits (a bounded read: the run's own 60 s).
+    told: list[str] = []
+    for line in run.stderr:
+        told.append(line)
+        if "waiting for a scheduler to write" in line:
+            break
+    assert f"waiting for a scheduler to write {scheduler_file}" in "".join(told)
     processes.scheduler(scheduler_file)
+    for line in run.stderr:  # then the workers, once the run waits for them
+        told.append(line)
+        if "0 of 2 workers joined the scheduler named in" in line:
+            break
     for name in ("0", "1"):
         processes.worker(scheduler_file, name)
     out, err = run.communicate(timeout=120)
-    assert run.returncode == 0, err
-    assert f"waiting for a scheduler to write {scheduler_file}" in err
-    assert "workers joined the scheduler named in" in err
+    assert run.returncode == 0, "".join(told) + err
     summary = json.loads(out)
     assert summary["devices"] == 2 and summary["steps"] == 6
     assert np.isfinite(summary["final_loss"])

@@ -31,9 +31,9 @@ class PhaseEvent:
     """Device ``device`` spent [start, end) (seconds since the run started, wall clock) in
     ``phase`` during global step ``step``, sending ``bytes`` and receiving ``bytes_received``
     over the wire (both 0 for compute). ``path`` says how those bytes travelled, e.g.
-    ``shared-memory`` or ``tcp`` between CPU devices, ``host-staged:shared-memory``,
-    ``host-staged:tcp``, ``device:ucx`` or ``device:nccl`` between GPU devices ("" when
-    nothing moved)."""
+    ``shared-memory``, ``tls`` (Dask's comms of a cluster the workbench starts) or ``tcp``
+    between CPU devices, ``host-staged:shared-memory``, ``host-staged:tls``, ``device:ucx`` or
+    ``device:nccl`` between GPU devices ("" when nothing moved)."""
 
     device: str
     phase: str
