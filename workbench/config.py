@@ -430,6 +430,8 @@ def check_run_options(config: RunConfig) -> None:
         raise ConfigError("--dataset", f"{error} (forms: {', '.join(DATASET_FORMS)})") from None
     if kind in ("mnist", "fashion-mnist", "cifar10") and not Path(argument).expanduser().is_dir():
         raise ConfigError("--dataset", f"{kind} directory {argument} does not exist")
+    if kind == "npz" and not Path(argument).expanduser().is_file():
+        raise ConfigError("--dataset", f"npz file {argument} does not exist")
     joins = config.cluster is not None or config.scheduler_file is not None
     if config.cluster is not None and config.scheduler_file is not None:
         raise ConfigError(

@@ -45,6 +45,7 @@ def test_unknown_dataset_lists_every_allowed_form(spec: str) -> None:
         "mnist:PATH",
         "fashion-mnist:PATH",
         "cifar10:PATH",
+        "npz:PATH",
     )
 
 

@@ -2,7 +2,8 @@
 
 What flows in: a ``--dataset`` spec (``digits``, ``synthetic``,
 ``synthetic:FEATURES:CLASSES:SAMPLES``, ``tokens:VOCABULARY:LENGTH:CLASSES:SAMPLES``,
-``mnist:PATH``, ``fashion-mnist:PATH``, ``cifar10:PATH``) and a seed. What flows out: a
+``mnist:PATH``, ``fashion-mnist:PATH``, ``cifar10:PATH``, ``npz:PATH``: the user's own arrays)
+and a seed. What flows out: a
 `Dataset` held in host memory, and for each global step the indices of that step's global
 batch plus the row slices each replica or micro-batch takes.
 

@@ -8,6 +8,7 @@ from workbench.data.cifar10 import load_cifar10
 from workbench.data.dataset import Dataset, DatasetError
 from workbench.data.digits import load_digits
 from workbench.data.idx import load_idx_dataset
+from workbench.data.npz import load_npz
 from workbench.data.synthetic import DEFAULT_SYNTHETIC, make_synthetic, parse_synthetic_spec
 from workbench.data.tokens import DEFAULT_TOKENS, make_tokens, parse_tokens_spec
 
@@ -20,8 +21,9 @@ DATASET_FORMS = (
     "mnist:PATH",
     "fashion-mnist:PATH",
     "cifar10:PATH",
+    "npz:PATH",
 )
-_PATH_KINDS = ("mnist", "fashion-mnist", "cifar10")
+_PATH_KINDS = ("mnist", "fashion-mnist", "cifar10", "npz")
 
 
 def parse_dataset_spec(spec: str) -> tuple[str, str]:
@@ -70,7 +72,8 @@ def parse_dataset_spec(spec: str) -> tuple[str, str]:
         return kind, argument
     if kind in _PATH_KINDS:
         if not argument.strip():
-            raise DatasetError(f"dataset {spec!r} needs a directory: use {kind}:PATH")
+            what = "a .npz file" if kind == "npz" else "a directory"
+            raise DatasetError(f"dataset {spec!r} needs {what}: use {kind}:PATH")
         return kind, argument
     raise DatasetError(f"unknown dataset {spec!r}; expected one of: {', '.join(DATASET_FORMS)}")
 
@@ -123,4 +126,6 @@ def load_dataset(spec: str, seed: int = 0) -> Dataset:
         return make_tokens(*parse_tokens_spec(argument), seed=seed)
     if kind == "cifar10":
         return load_cifar10(Path(argument))
+    if kind == "npz":
+        return load_npz(Path(argument))
     return load_idx_dataset(Path(argument), name=kind)

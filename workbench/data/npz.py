@@ -1,0 +1,141 @@
+"""``--dataset npz:PATH``: the user's own arrays, from one ``.npz`` file.
+
+The file holds ``x_train`` and ``y_train`` and, optionally, ``x_test`` and ``y_test``. Without
+a test split the last fifth of the training rows, in the file's order, is held out for testing:
+the same rows for every run and every strategy. It is read with ``allow_pickle=False`` (nothing
+in a data file is ever unpickled). Inputs keep their meaning: floats become float64 as given
+(the user's own scaling), uint8 images are scaled by 1/255 into [0, 1] as the bundled image
+sets are, other integers (token ids) stay whole numbers. Labels are integers, or whole-number
+floats, in ``0..C-1`` with C the largest label + 1 over both splits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from workbench.data.dataset import Dataset, DatasetError
+
+HELD_OUT = 0.2  # of the training rows, when the file has no test split
+_REQUIRED = ("x_train", "y_train")
+_TEST = ("x_test", "y_test")
+
+
+def load_npz(path: str | Path) -> Dataset:
+    """The data set in the ``.npz`` file at ``path``.
+
+    Raises
+    ------
+    DatasetError
+        Naming the file and the array at fault: a missing array (with the arrays the file
+        has), a bad shape, dtype or label, NaN or infinity.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> x = np.arange(40, dtype=np.uint8).reshape(10, 4)
+    >>> np.savez(folder / "mine.npz", x_train=x, y_train=np.arange(10) % 3)
+    >>> ds = load_npz(folder / "mine.npz")
+    >>> ds.x_train.shape, ds.x_test.shape, ds.num_classes, round(float(ds.x_train.max()) * 255)
+    ((8, 4), (2, 4), 3, 31)
+    """
+    path = Path(path).expanduser()
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            names = set(archive.files)
+            missing = [name for name in _REQUIRED if name not in names]
+            if missing or (("x_test" in names) != ("y_test" in names)):
+                missing = missing or [name for name in _TEST if name not in names]
+                raise DatasetError(
+                    f"npz file {path} has no array {missing[0]!r} (it has: "
+                    f"{', '.join(sorted(names)) or 'none'}; needed: x_train, y_train, and "
+                    "optionally x_test with y_test)"
+                )
+            arrays = {name: archive[name] for name in (*_REQUIRED, *_TEST) if name in names}
+    except (OSError, ValueError) as error:
+        raise DatasetError(f"cannot read npz file {path}: {error}") from None
+    if "x_test" not in arrays:
+        rows = len(arrays["x_train"])
+        kept = rows - max(1, round(rows * HELD_OUT))
+        for name in _REQUIRED:
+            whole = arrays[name]
+            arrays[name], arrays[name.replace("train", "test")] = whole[:kept], whole[kept:]
+    return arrays_dataset(f"npz:{path}", **arrays, source=str(path))
+
+
+def arrays_dataset(
+    name: str,
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    source: str = "the arrays",
+) -> Dataset:
+    """A :class:`Dataset` of the user's arrays, checked (errors name ``source`` and the
+    array).
+
+    Examples
+    --------
+    >>> ds = arrays_dataset("mine", np.ones((4, 2)), np.array([0, 1, 1, 0]),
+    ...                     np.ones((2, 2)), np.array([1, 0]))
+    >>> ds.input_shape, ds.num_classes
+    ((2,), 2)
+    """
+    inputs = {"x_train": x_train, "x_test": x_test}
+    labels = {"y_train": y_train, "y_test": y_test}
+    for key, x in inputs.items():
+        x = np.asarray(x)
+        if x.ndim < 2 or len(x) == 0:
+            raise DatasetError(
+                f"{source}: {key} must hold at least one row of features (shape (rows, ...)), "
+                f"got shape {x.shape}"
+            )
+        if x.dtype.kind not in "fiub":
+            raise DatasetError(f"{source}: {key} must be numbers, got dtype {x.dtype}")
+        if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
+            raise DatasetError(f"{source}: {key} holds NaN or infinity")
+        inputs[key] = x
+    if inputs["x_test"].shape[1:] != inputs["x_train"].shape[1:]:
+        raise DatasetError(
+            f"{source}: x_test's rows have shape {inputs['x_test'].shape[1:]}, x_train's "
+            f"{inputs['x_train'].shape[1:]}: they must match"
+        )
+    for key, y in labels.items():
+        y = np.asarray(y)
+        x_key = key.replace("y_", "x_")
+        if y.ndim != 1 or len(y) != len(inputs[x_key]):
+            raise DatasetError(
+                f"{source}: {key} must be one label per row of {x_key} "
+                f"({len(inputs[x_key])}), got shape {y.shape}"
+            )
+        whole = y.dtype.kind in "iu" or (
+            y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y))
+        )
+        if not whole:
+            raise DatasetError(f"{source}: {key} must be whole-number class labels, got {y.dtype}")
+        if y.min() < 0:
+            raise DatasetError(f"{source}: {key} has label {y.min()}; labels start at 0")
+        labels[key] = y.astype(np.int64)
+    classes = int(max(labels["y_train"].max(), labels["y_test"].max())) + 1
+    if classes < 2:
+        raise DatasetError(f"{source}: y_train and y_test hold one class only (label 0)")
+    converted = {key: _as_inputs(x) for key, x in inputs.items()}
+    return Dataset(
+        name=name,
+        x_train=converted["x_train"],
+        y_train=labels["y_train"],
+        x_test=converted["x_test"],
+        y_test=labels["y_test"],
+        input_shape=tuple(converted["x_train"].shape[1:]),
+        num_classes=classes,
+    )
+
+
+def _as_inputs(x: np.ndarray) -> np.ndarray:
+    """float64 as the engine computes on: uint8 images scaled into [0, 1]; other numbers as
+    given."""
+    if x.dtype == np.uint8:
+        return np.ascontiguousarray(x / 255.0)
+    return np.ascontiguousarray(x, dtype=np.float64)
