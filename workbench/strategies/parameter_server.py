@@ -125,11 +125,12 @@ class ParameterServer(ClusterStrategy):
         held = shard_bytes(
             self.pieces(config, job.model), config.ps, np.dtype(config.dtype).itemsize
         )
-        graph = build_training_graph(
-            job.model, None, config.batch_size // config.devices, config.dtype
-        ).graph
 
         def measure(missing: list[str]) -> dict[str, Any]:
+            # Built only when something is to be measured (a cached calibration needs none).
+            graph = build_training_graph(
+                job.model, None, config.batch_size // config.devices, config.dtype
+            ).graph
             fits, stretch = measure_exchange(session, worker_ranks, shard_ranks, held, graph)
             return {
                 "collectives": fits,
