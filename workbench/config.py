@@ -137,6 +137,7 @@ class RunConfig:
     cluster: Any = None
     scheduler_file: str | None = None
     wait_for_workers: float | None = None
+    ship_data: bool = False
     tls_ca_file: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -334,6 +335,12 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "seconds to wait for the run's devices to join the cluster it runs on",
         minimum=0,
         optional=True,
+    ),
+    _run_option(
+        "ship_data",
+        bool,
+        "the client reads the data set and sends it to each host once (for workers that "
+        "cannot read its path); arrays given to fit() are always sent",
     ),
     _run_option(
         "tls_ca_file",

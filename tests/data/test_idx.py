@@ -28,11 +28,12 @@ def test_loads_shapes_dtypes_and_exact_values(make_idx_dir: MakeIdxDir) -> None:
     assert ds.num_classes == 10
     assert ds.x_train.shape == (12, 1, 28, 28)
     assert ds.x_test.shape == (5, 1, 28, 28)
-    assert ds.x_train.dtype == ds.x_test.dtype == np.float64
+    assert ds.x_train.dtype == ds.x_test.dtype == np.uint8
     assert ds.y_train.dtype == ds.y_test.dtype == np.int64
-    assert ds.x_train.min() == 0.0 and ds.x_train.max() == 1.0
-    np.testing.assert_array_equal(ds.x_train[:, 0], raw["train_images"] / 255.0)
-    np.testing.assert_array_equal(ds.x_test[:, 0], raw["test_images"] / 255.0)
+    train, test = ds.model_inputs("train", "float64")[:], ds.model_inputs("test", "float64")[:]
+    assert train.min() == 0.0 and train.max() == 1.0
+    np.testing.assert_array_equal(train[:, 0], raw["train_images"] / 255.0)
+    np.testing.assert_array_equal(test[:, 0], raw["test_images"] / 255.0)
     np.testing.assert_array_equal(ds.y_train, raw["train_labels"])
     np.testing.assert_array_equal(ds.y_test, raw["test_labels"])
 

@@ -17,11 +17,11 @@ from workbench.launch.runner import run_training
 def digits_npz(tmp_path):
     digits = load_digits()
     path = tmp_path / "digits.npz"
-    np.savez(
+    np.savez(  # the inputs as a user has them: floats in [0, 1]
         path,
-        x_train=digits.x_train,
+        x_train=digits.model_inputs("train", "float64")[:],
         y_train=digits.y_train,
-        x_test=digits.x_test,
+        x_test=digits.model_inputs("test", "float64")[:],
         y_test=digits.y_test,
     )
     return path
@@ -56,7 +56,8 @@ def test_uint8_images_are_scaled_into_zero_one(tmp_path):
     images = np.full((6, 1, 2, 2), 255, np.uint8)
     np.savez(path, x_train=images[:4], y_train=[0, 1, 0, 1], x_test=images[4:], y_test=[1, 0])
     data = load_npz(path)
-    assert data.input_shape == (1, 2, 2) and float(data.x_train.max()) == 1.0
+    assert data.input_shape == (1, 2, 2) and data.x_train.dtype == np.uint8  # kept as bytes
+    assert float(data.model_inputs("train", "float64")[:].max()) == 1.0
 
 
 GOOD = dict(

@@ -23,6 +23,7 @@ from workbench.bench import (
     ddp_suite,
     faults_suite,
     hosts_suite,
+    memory_suite,
     nccl_suite,
     overhead_suite,
     placement_suite,
@@ -187,6 +188,13 @@ SUITES: dict[str, Suite] = {
         "(network namespaces, root), multi-worker-mirrored and a flat ring",
         hosts_suite.run_from_args,
         hosts_suite.render,
+    ),
+    "memory": Suite(
+        "memory",
+        "peak resident memory of the client and each worker of a CIFAR-10 run (mirrored, 2 "
+        "devices), this checkout beside --compare-with CHECKOUT",
+        memory_suite.run_from_args,
+        memory_suite.render,
     ),
     "calibration": Suite(
         "calibration",
@@ -392,6 +400,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=None,
         help="recovery run: kill a worker once the loss passed this step (half the steps)",
+    )
+    memory = parser.add_argument_group("memory suite (also --train-steps, --repeats, --seed)")
+    memory.add_argument(
+        "--compare-with",
+        default=None,
+        metavar="CHECKOUT",
+        help="memory: another workbench checkout (its repository root, e.g. a git worktree "
+        "of an earlier commit) to run beside this one",
     )
     compression = parser.add_argument_group("compression suite (also --hidden, --seed)")
     compression.add_argument(

@@ -11,6 +11,7 @@ from workbench.data.idx import load_idx_dataset
 from workbench.data.npz import load_npz
 from workbench.data.synthetic import DEFAULT_SYNTHETIC, make_synthetic, parse_synthetic_spec
 from workbench.data.tokens import DEFAULT_TOKENS, make_tokens, parse_tokens_spec
+from workbench.data.user_arrays import ARRAYS_KIND
 
 DATASET_FORMS = (
     "digits",
@@ -70,6 +71,8 @@ def parse_dataset_spec(spec: str) -> tuple[str, str]:
             return kind, ":".join(str(value) for value in DEFAULT_TOKENS)
         parse_tokens_spec(argument)
         return kind, argument
+    if kind == ARRAYS_KIND and argument:
+        return kind, argument  # arrays given to fit() in Python: shipped, never loaded by name
     if kind in _PATH_KINDS:
         if not argument.strip():
             what = "a .npz file" if kind == "npz" else "a directory"
@@ -128,4 +131,10 @@ def load_dataset(spec: str, seed: int = 0) -> Dataset:
         return load_cifar10(Path(argument))
     if kind == "npz":
         return load_npz(Path(argument))
+    if kind == ARRAYS_KIND:
+        raise DatasetError(
+            f"dataset {spec!r} is NumPy arrays given to fit(x=..., y=...) in Python: it has no "
+            "file to load by name (give the arrays to fit, or save them with numpy.savez and "
+            "use npz:PATH)"
+        )
     return load_idx_dataset(Path(argument), name=kind)

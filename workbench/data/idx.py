@@ -192,15 +192,16 @@ def _load_split(
             f"IDX label file {labels_path} has label {int(labels.max())}, "
             f"outside the range 0..{_NUM_CLASSES - 1}"
         )
-    x = (images / _MAX_PIXEL)[:, np.newaxis, :, :]
+    x = np.ascontiguousarray(images[:, np.newaxis, :, :])  # bytes, read as byte / 255
     return x, labels.astype(np.int64), images_path
 
 
 def load_idx_dataset(directory: str | Path, name: str = "mnist") -> Dataset:
     """Load MNIST or Fashion-MNIST from the four standard IDX files in ``directory``.
 
-    Each file may be plain or gzip-compressed (``.gz``). Images become ``(1, height, width)``
-    in ``[0, 1]``, with height and width read from the IDX header.
+    Each file may be plain or gzip-compressed (``.gz``). Images become ``(1, height, width)``,
+    with height and width read from the IDX header, kept as bytes (the model reads
+    ``byte / 255`` in ``[0, 1]``).
 
     Parameters
     ----------
@@ -249,4 +250,5 @@ def load_idx_dataset(directory: str | Path, name: str = "mnist") -> Dataset:
         y_test=y_test,
         input_shape=x_train.shape[1:],
         num_classes=_NUM_CLASSES,
+        input_scale=_MAX_PIXEL,
     )

@@ -4,8 +4,9 @@ The file holds ``x_train`` and ``y_train`` and, optionally, ``x_test`` and ``y_t
 a test split the last fifth of the training rows, in the file's order, is held out for testing:
 the same rows for every run and every strategy. It is read with ``allow_pickle=False`` (nothing
 in a data file is ever unpickled). Inputs keep their meaning: floats become float64 as given
-(the user's own scaling), uint8 images are scaled by 1/255 into [0, 1] as the bundled image
-sets are, other integers (token ids) stay whole numbers. Labels are integers, or whole-number
+(the user's own scaling), uint8 images are read as byte / 255 in [0, 1] as the bundled image
+sets are (and kept as bytes, converted batch by batch), other integers (token ids) stay whole
+numbers. Labels are integers, or whole-number
 floats, in ``0..C-1`` with C the largest label + 1 over both splits.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 from workbench.data.dataset import Dataset, DatasetError
 
 HELD_OUT = 0.2  # of the training rows, when the file has no test split
+_MAX_PIXEL = 255.0
 _REQUIRED = ("x_train", "y_train")
 _TEST = ("x_test", "y_test")
 
@@ -38,8 +40,8 @@ def load_npz(path: str | Path) -> Dataset:
     >>> x = np.arange(40, dtype=np.uint8).reshape(10, 4)
     >>> np.savez(folder / "mine.npz", x_train=x, y_train=np.arange(10) % 3)
     >>> ds = load_npz(folder / "mine.npz")
-    >>> ds.x_train.shape, ds.x_test.shape, ds.num_classes, round(float(ds.x_train.max()) * 255)
-    ((8, 4), (2, 4), 3, 31)
+    >>> ds.x_train.shape, ds.x_test.shape, ds.num_classes, ds.model_inputs("train", "float64")[7]
+    ((8, 4), (2, 4), 3, array([0.10980392, 0.11372549, 0.11764706, 0.12156863]))
     """
     path = Path(path).expanduser()
     try:
@@ -56,12 +58,6 @@ def load_npz(path: str | Path) -> Dataset:
             arrays = {name: archive[name] for name in (*_REQUIRED, *_TEST) if name in names}
     except (OSError, ValueError) as error:
         raise DatasetError(f"cannot read npz file {path}: {error}") from None
-    if "x_test" not in arrays:
-        rows = len(arrays["x_train"])
-        kept = rows - max(1, round(rows * HELD_OUT))
-        for name in _REQUIRED:
-            whole = arrays[name]
-            arrays[name], arrays[name.replace("train", "test")] = whole[:kept], whole[kept:]
     return arrays_dataset(f"npz:{path}", **arrays, source=str(path))
 
 
@@ -69,12 +65,13 @@ def arrays_dataset(
     name: str,
     x_train: np.ndarray,
     y_train: np.ndarray,
-    x_test: np.ndarray,
-    y_test: np.ndarray,
+    x_test: np.ndarray | None = None,
+    y_test: np.ndarray | None = None,
     source: str = "the arrays",
 ) -> Dataset:
     """A :class:`Dataset` of the user's arrays, checked (errors name ``source`` and the
-    array).
+    array). Without ``x_test`` and ``y_test``, the last fifth of the training rows is held
+    out for testing.
 
     Examples
     --------
@@ -83,6 +80,11 @@ def arrays_dataset(
     >>> ds.input_shape, ds.num_classes
     ((2,), 2)
     """
+    if (x_test is None) != (y_test is None):
+        given, missing = ("x_test", "y_test") if y_test is None else ("y_test", "x_test")
+        raise DatasetError(f"{source}: {given} is given without {missing}; give both or neither")
+    if x_test is None:
+        x_train, y_train, x_test, y_test = _held_out(np.asarray(x_train), np.asarray(y_train))
     inputs = {"x_train": x_train, "x_test": x_test}
     labels = {"y_train": y_train, "y_test": y_test}
     for key, x in inputs.items():
@@ -121,7 +123,8 @@ def arrays_dataset(
     classes = int(max(labels["y_train"].max(), labels["y_test"].max())) + 1
     if classes < 2:
         raise DatasetError(f"{source}: y_train and y_test hold one class only (label 0)")
-    converted = {key: _as_inputs(x) for key, x in inputs.items()}
+    as_bytes = all(x.dtype == np.uint8 for x in inputs.values())
+    converted = {key: _as_inputs(x, as_bytes) for key, x in inputs.items()}
     return Dataset(
         name=name,
         x_train=converted["x_train"],
@@ -130,12 +133,24 @@ def arrays_dataset(
         y_test=labels["y_test"],
         input_shape=tuple(converted["x_train"].shape[1:]),
         num_classes=classes,
+        input_scale=_MAX_PIXEL if as_bytes else 1.0,
     )
 
 
-def _as_inputs(x: np.ndarray) -> np.ndarray:
-    """float64 as the engine computes on: uint8 images scaled into [0, 1]; other numbers as
-    given."""
+def _held_out(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(x_train, y_train, x_test, y_test): the last fifth of the rows held out (at least one
+    row; shape errors are left to the checks that name the array)."""
+    rows = len(x) if x.ndim else 0
+    kept = rows - max(1, round(rows * HELD_OUT))
+    return x[:kept], y[:kept], x[kept:], y[kept:]
+
+
+def _as_inputs(x: np.ndarray, as_bytes: bool) -> np.ndarray:
+    """Inputs as stored: uint8 images as bytes when both splits are bytes (read as
+    byte / 255), else float64 as the engine computes on: uint8 images scaled into [0, 1],
+    other numbers as given."""
+    if as_bytes:
+        return np.ascontiguousarray(x)
     if x.dtype == np.uint8:
-        return np.ascontiguousarray(x / 255.0)
+        return np.ascontiguousarray(x / _MAX_PIXEL)
     return np.ascontiguousarray(x, dtype=np.float64)

@@ -27,7 +27,7 @@ from workbench.parallel.custom_loops import (
     run_step_function,
     setup_custom_loop,
 )
-from workbench.parallel.device_run import drop_device_state, snapshot_device
+from workbench.parallel.device_run import drop_device_state, snapshot_device, stage_run_dataset
 from workbench.parallel.dispatch import DeviceFailure, submit_each, wait_all
 from workbench.parallel.worker_spec import WorkerSpec
 from workbench.runtime.cluster import start_run_cluster
@@ -105,6 +105,7 @@ class ClusterLoop:
                 )
             )
             job.device_type = session.device_type  # decided by the workers' reports
+            stage_run_dataset(session, job, lambda line: None)
             self.plan = definition.plan(config, job, session, lambda line: None)
             for group in self.plan.setups:
                 context = contexts.get(group.function)

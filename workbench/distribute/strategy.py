@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from workbench.config import ConfigError, RunConfig
+from workbench.data import DatasetError, fit_arrays_dataset
 from workbench.distribute.datasets import DistributedDataset
 from workbench.distribute.device_lists import resolve_device_list
 from workbench.distribute.loops import ClusterLoop, LocalLoop, LoopBroken
@@ -114,11 +115,31 @@ class Strategy:
             options["hidden"] = tuple(options["hidden"])
         return validate_config(RunConfig(**options))
 
-    def fit(self, model=None, background: bool = False, **fit_options: Any):
-        """Train ``model`` (a ``Sequential``; None: the ``model`` preset option). Returns the
-        :class:`~workbench.launch.runner.RunResult`, or with ``background=True`` a
-        :class:`~workbench.launch.background_run.BackgroundRun` at once."""
-        return start(self.config(**fit_options), model, background=background)
+    def fit(
+        self,
+        model=None,
+        x: Any = None,
+        y: Any = None,
+        validation_data: Any = None,
+        background: bool = False,
+        **fit_options: Any,
+    ):
+        """Train ``model`` (a ``Sequential``; None: the ``model`` preset option) on the
+        ``dataset`` option, or on NumPy arrays ``x`` and ``y`` (evaluated on
+        ``validation_data=(x_val, y_val)``; without it, on the last fifth of the rows, held
+        out). Returns the :class:`~workbench.launch.runner.RunResult`, or with
+        ``background=True`` a :class:`~workbench.launch.background_run.BackgroundRun` at once.
+        """
+        if x is None and y is None and validation_data is None:
+            return start(self.config(**fit_options), model, background=background)
+        if "dataset" in fit_options:
+            raise ConfigError("dataset", "give either dataset= or the arrays x= and y=, not both")
+        try:
+            dataset = fit_arrays_dataset(x, y, validation_data)
+        except DatasetError as error:
+            raise ConfigError("fit", str(error).removeprefix("fit: ")) from None
+        config = self.config(dataset=dataset.name, **fit_options)
+        return start(config, model, background=background, dataset=dataset)
 
     # --- custom training loops ------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from workbench.config import RunConfig
+from workbench.data import Dataset
 from workbench.events import EventLog
 from workbench.events.records import PhaseEvent, ScalarEvent
 from workbench.launch.run_link import RunLink, new_run_id
@@ -45,8 +46,10 @@ class BackgroundRun:
         store: RunStore | None = None,
         progress: Callable[[str], None] | None = None,
         begin: bool = True,
+        dataset: Dataset | None = None,
     ) -> None:
-        prepared = prepare_run(config, model)  # raises on bad input; nothing started yet
+        # Raises on bad input; nothing started yet.
+        prepared = prepare_run(config, model, dataset)
         self.config = prepared.config
         self.job = prepared.job
         self.run_id = new_run_id(self.config.strategy)

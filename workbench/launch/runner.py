@@ -17,7 +17,7 @@ import numpy as np
 from workbench.checkpoint import load_checkpoint
 from workbench.config import ConfigError, RunConfig, total_steps
 from workbench.dashboard import DashboardObserver
-from workbench.data import DatasetError, GlobalBatchSampler, load_dataset
+from workbench.data import Dataset, DatasetError, GlobalBatchSampler, load_dataset
 from workbench.events import EventLog, summarize
 from workbench.launch.tensorboard_run import LiveTensorBoard
 from workbench.models import Sequential, build_model
@@ -94,20 +94,26 @@ def run_training(
     progress: Progress = stderr_progress,
     job_hook=None,
     model: Sequential | None = None,
+    dataset: Dataset | None = None,
 ) -> RunResult:
     """Train as ``config`` says and return the ``--json`` summary plus the final variables.
 
     ``model`` replaces the ``--model`` preset with a model built in Python (its input shape and
-    classes must fit the data set)."""
-    prepared = prepare_run(config, model)
+    classes must fit the data set); ``dataset``, the data set ``config.dataset`` names, with
+    arrays given in Python (:func:`workbench.data.fit_arrays_dataset`)."""
+    prepared = prepare_run(config, model, dataset)
     if job_hook is not None:
         job_hook(prepared.job)
     return execute_run(prepared, log or EventLog(), progress)
 
 
-def prepare_run(config: RunConfig, model: Sequential | None = None) -> PreparedRun:
+def prepare_run(
+    config: RunConfig, model: Sequential | None = None, dataset: Dataset | None = None
+) -> PreparedRun:
     """Every check that can fail on user input, the data set and the model; raises
-    :class:`ConfigError` (or a checkpoint or model error) before anything starts."""
+    :class:`ConfigError` (or a checkpoint or model error) before anything starts.
+    ``dataset``: the data set ``config.dataset`` names, when it was made in Python (arrays
+    given to ``fit``) rather than loaded by name."""
     wall_start = time.perf_counter()
     config = validate_config(config)
     if isinstance(config.cluster, str):
@@ -120,8 +126,12 @@ def prepare_run(config: RunConfig, model: Sequential | None = None) -> PreparedR
     checkpoint = load_checkpoint(config.resume) if config.resume else None
     if checkpoint is not None:
         _check_resume(config, checkpoint.config)
+    if dataset is not None and dataset.name != config.dataset:
+        raise ConfigError(
+            "dataset", f"the arrays given are {dataset.name}, but the run names {config.dataset}"
+        )
     try:
-        dataset = load_dataset(config.dataset, seed=config.seed)
+        dataset = dataset or load_dataset(config.dataset, seed=config.seed)
     except DatasetError as error:
         raise ConfigError("--dataset", str(error)) from None
     if model is None:

@@ -98,11 +98,24 @@ class Sequential:
                 x = layer.apply(x, own, context)
         return x
 
-    def fit(self, background: bool = False, **options):
+    def fit(
+        self,
+        x: Any = None,
+        y: Any = None,
+        validation_data: Any = None,
+        background: bool = False,
+        **options,
+    ):
         """Train this model with the strategy it was built under (one device if none), as
-        ``tf.keras`` does under ``tf.distribute``; ``options`` are ``dtrain run``'s flags as
-        keywords (``dataset``, ``epochs``, ``batch_size``, ``lr``, ...). Returns the run's
+        ``tf.keras`` does under ``tf.distribute``: on NumPy arrays ``x`` (one row per sample)
+        and ``y`` (integer class labels), evaluated on ``validation_data=(x_val, y_val)``
+        (without it, on the last fifth of the rows, held out), or on a named data set
+        (``dataset=``). ``options`` are ``dtrain run``'s flags as keywords (``epochs``,
+        ``batch_size``, ``lr``, ...). uint8 inputs are read as ``byte / 255``, as the bundled
+        image sets are; on a cluster the arrays are sent once per host. Returns the run's
         result, or with ``background=True`` its live handle."""
+        if x is not None or y is not None or validation_data is not None:
+            options.update(x=x, y=y, validation_data=validation_data)
         return fit_model(self.strategy, self, background, **options)
 
     # --- custom training loops (tf.distribute's strategy.run) ------------------------------

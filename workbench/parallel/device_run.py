@@ -21,8 +21,14 @@ from workbench.parallel.dispatch import DeviceFailure, submit_each, wait_all
 from workbench.parallel.periodic_checkpoints import PeriodicCheckpoints
 from workbench.parallel.recovery import devices_after_failure, elastic_device_count
 from workbench.parallel.step_loop import drive_steps
-from workbench.runtime.cluster import ClusterSession, ordered_workers, start_run_cluster
+from workbench.runtime.cluster import (
+    ClusterSession,
+    ordered_workers,
+    ships_dataset,
+    start_run_cluster,
+)
 from workbench.runtime.devices import device_name
+from workbench.runtime.host_dataset import stage_dataset
 from workbench.runtime.worker_service import device_service
 from workbench.training.job import Progress, TrainingJob, evaluate_on_test
 from workbench.training.session import TrainingSession
@@ -70,6 +76,22 @@ class DevicePlan:
             step_ranks=ranks,
             snapshot_ranks=snapshot_ranks,
         )
+
+
+def stage_run_dataset(session: ClusterSession, job: TrainingJob, progress: Progress) -> None:
+    """Hold the run's data set once per host on the session's workers, before their setup
+    (:mod:`workbench.runtime.host_dataset`): loaded by each host, or sent by this client."""
+    config = job.config
+    shipped = job.dataset if ships_dataset(config) else None
+    stage_dataset(
+        session.client,
+        session.run_id,
+        session.addresses,
+        config.dataset,
+        config.seed,
+        shipped,
+        progress,
+    )
 
 
 def snapshot_device(run_id: str) -> dict:
@@ -183,6 +205,7 @@ class Attempt:
 
     def run(self, grow_to: int | None) -> list[dict]:
         session, strategy, job = self.session, self.strategy, self.job
+        stage_run_dataset(session, job, self.progress)
         plan = self.make_plan(session)
         self.plan = plan
         try:

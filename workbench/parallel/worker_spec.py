@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.config import RunConfig
+from workbench.data import Dataset, ModelInputs
 from workbench.optim import init_slots
 from workbench.parallel.straggler import SimulatedStraggler
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.device_arrays import DeviceArrays
+from workbench.runtime.host_dataset import worker_dataset
 from workbench.training.job import TrainingJob
 
 
@@ -52,6 +54,20 @@ class WorkerSpec:
     def device_arrays(self) -> DeviceArrays:
         """This device's array module, looked up in the worker process that runs it."""
         return DeviceArrays.for_kind(self.device_type, self.device)
+
+    def dataset(self) -> Dataset:
+        """The run's data set as its host holds it (staged by the client before setup)."""
+        config = self.config
+        return worker_dataset(self.run_id, config["dataset"], config["seed"])
+
+
+def training_data(dataset: Dataset, model: Any, dtype: str, arrays: DeviceArrays) -> tuple:
+    """(inputs, labels) of the training set on a device: the stored arrays (bytes for images;
+    on a CPU the host's shared copy itself), each batch converted to the model's inputs as
+    its rows are gathered."""
+    input_dtype = "int64" if model.takes_integer_input else dtype
+    inputs = ModelInputs(arrays.readable(dataset.x_train), dataset.input_scale, input_dtype)
+    return inputs, arrays.readable(dataset.y_train)
 
 
 def make_worker_spec(

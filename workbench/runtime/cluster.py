@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from workbench.config import RunConfig
+from workbench.data import ARRAYS_KIND
 from workbench.runtime.cluster_target import (
     ClusterError,
     ClusterTarget,
@@ -196,9 +197,15 @@ def start_run_cluster(
         protocol=config.protocol,
         wait_seconds=config.wait_for_workers,
         progress=progress,
-        dataset=config.dataset,
+        dataset=None if ships_dataset(config) else config.dataset,
     ) as session:
         yield session
+
+
+def ships_dataset(config: RunConfig) -> bool:
+    """Whether the client sends the run's data set to the workers (``--ship-data``, or
+    arrays given to ``fit``) instead of each host loading it."""
+    return config.ship_data or config.dataset.startswith(f"{ARRAYS_KIND}:")
 
 
 def ordered_workers(client) -> list[str]:
@@ -231,7 +238,8 @@ def start_cluster(
     ``device_type`` (``auto``, ``cpu``, ``gpu``) is decided where the work runs: every
     worker of the run reports its device (:mod:`workbench.runtime.device_probe`). A joined
     cluster waits up to ``wait_seconds`` for its workers, and is checked before any task
-    (:mod:`workbench.runtime.preflight`: versions, and that every worker reads ``dataset``).
+    (:mod:`workbench.runtime.preflight`: versions, and that every worker reads ``dataset``;
+    None: the client sends the data set).
     """
     jobs = jobs or (("worker", devices),)
     target = address if isinstance(address, ClusterTarget) else ClusterTarget(address=address)
@@ -267,7 +275,7 @@ def start_cluster(
             labels,
         )
         if not target.starts_its_own:
-            preflight(client, ordered, labels, device_type, dataset or "digits")
+            preflight(client, ordered, labels, device_type, dataset)
         client.register_plugin(DeviceService())
         session = ClusterSession(
             client=client,

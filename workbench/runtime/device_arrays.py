@@ -44,6 +44,11 @@ class DeviceArrays:
         """An own, writable, contiguous copy on this device (update ops write in place)."""
         return self.xp.array(array, copy=True, order="C")
 
+    def readable(self, array: Any) -> Any:
+        """``array`` for reading only: the host array itself on a CPU (a data set a host
+        shares stays one copy), a copy on a GPU."""
+        return self.xp.asarray(array)
+
     def adopt(self, array: Any) -> Any:
         """``array`` if it is already on this kind of device (what arrived over Dask's comms
         usually is), else a copy on this device."""

@@ -75,8 +75,9 @@ def data_set_problem(spec: str) -> str | None:
     return None
 
 
-def _worker_report(device_type: str, dataset: str) -> dict[str, Any]:
-    return {"versions": installed_versions(device_type), "data": data_set_problem(dataset)}
+def _worker_report(device_type: str, dataset: str | None) -> dict[str, Any]:
+    problem = data_set_problem(dataset) if dataset is not None else None
+    return {"versions": installed_versions(device_type), "data": problem}
 
 
 def preflight(
@@ -84,10 +85,11 @@ def preflight(
     workers: Sequence[str],
     worker_names: Sequence[str],
     device_type: str,
-    dataset: str,
+    dataset: str | None,
 ) -> None:
     """Raise :class:`ClusterError` naming the first worker (``worker_names``: how messages
-    call them) whose versions differ from this client's, or that cannot read ``dataset``."""
+    call them) whose versions differ from this client's, or that cannot read ``dataset``
+    (None: the client sends the data set, so the workers need not read it)."""
     mine = installed_versions(device_type)
     reports = client.run(_worker_report, device_type, dataset, workers=list(workers))
     for address, name in zip(workers, worker_names):
@@ -105,7 +107,7 @@ def preflight(
             )
         if report["data"] is not None:
             raise ClusterError(
-                f"--dataset: {name} cannot read {dataset}: {report['data']} (every worker "
-                "loads the data set itself: give it the same path on every host, e.g. on a "
-                "shared file system)"
+                f"--dataset: {name} cannot read {dataset}: {report['data']} (each host loads "
+                "the data set itself: give it the same path on every host, e.g. on a shared "
+                "file system, or add --ship-data to send this client's copy, once per host)"
             )

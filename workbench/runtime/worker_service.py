@@ -15,6 +15,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from workbench.runtime.host_dataset import forget_dataset
 from workbench.runtime.mailbox import Mailbox
 from workbench.runtime.shared_memory import unlink_run_segments
 from workbench.runtime.shared_memory_channel import ChannelRegistry
@@ -47,8 +48,10 @@ class DeviceService(WorkerPlugin):
         self.channels.discard()  # also channels of tasks that kept no run state
 
     def forget(self, run_id: str) -> None:
-        """Drop a run's resident state, pending tensors and shared-memory segments."""
+        """Drop a run's resident state, data set, pending tensors and shared-memory
+        segments."""
         self.runs.pop(run_id, None)
+        forget_dataset(run_id)
         self.mailbox.discard(run_id)
         self.channels.discard(run_id)
         unlink_run_segments(run_id)  # a peer that died could not unlink its own

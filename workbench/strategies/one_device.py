@@ -7,6 +7,7 @@ interpreter; variables stay resident in the session's store between steps.
 from __future__ import annotations
 
 from workbench.config import ConfigError, RunConfig
+from workbench.data import ModelInputs
 from workbench.events import EventLog
 from workbench.parallel.periodic_checkpoints import PeriodicCheckpoints
 from workbench.parallel.straggler import SimulatedStraggler
@@ -54,9 +55,11 @@ class OneDevice(StrategyDefinition):
         )
         if job.initial_parameters is not None:
             session.load_state(job.initial_parameters, job.initial_optimizer_state or {})
-        # The training set is cast and moved to the device once; each step gathers its rows.
-        inputs = xp.asarray(job.dataset.x_train.astype(session.input_dtype))
-        labels = xp.asarray(job.dataset.y_train)
+        # The training set moves to the device once, as stored; each step gathers its rows
+        # and converts just those to the model's inputs.
+        dataset = job.dataset
+        inputs = ModelInputs(xp.asarray(dataset.x_train), dataset.input_scale, session.input_dtype)
+        labels = xp.asarray(dataset.y_train)
         # One process, nothing to recover: periodic checkpoints only when asked for.
         checkpoints = PeriodicCheckpoints(job) if config.checkpoint_every else None
         straggler = SimulatedStraggler.for_device(config.to_dict(), device)

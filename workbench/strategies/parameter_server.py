@@ -256,15 +256,14 @@ class ParameterServer(ClusterStrategy):
                 return [(session.run_id, step, count)] * workers
             # In-graph replication: this client reads the data and ships every slice.
             dtype = "int64" if job.model.takes_integer_input else config.dtype
+            inputs = job.dataset.model_inputs("train", dtype)
             per_worker = []
             for rank in range(workers):
                 rows = shard_rows(job.sampler.batch_size, rank, workers)
                 batches = []
                 for current in range(step, step + count):
                     index = job.sampler.batch_indices(current)[rows]
-                    batches.append(
-                        (job.dataset.x_train[index].astype(dtype), job.dataset.y_train[index])
-                    )
+                    batches.append((inputs[index], job.dataset.y_train[index]))
                 per_worker.append((session.run_id, step, count, batches))
             return per_worker
 

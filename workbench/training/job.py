@@ -13,7 +13,7 @@ import numpy as np
 
 from workbench.config import RunConfig
 from workbench.costs import Calibration
-from workbench.data import Dataset, GlobalBatchSampler
+from workbench.data import Dataset, GlobalBatchSampler, ModelInputs
 from workbench.models import Sequential
 from workbench.optim import LearningRateSchedule, Optimizer
 
@@ -109,8 +109,10 @@ def evaluate_on_test(job: TrainingJob, trained: TrainedModel, log) -> tuple[floa
         # The trained model's own array module: a cluster run's variables are gathered on the
         # host (NumPy) whatever its devices were.
         model, dataset, xp = job.model, job.dataset, getattr(trained, "xp", np)
-        inputs = dataset.x_test.astype("int64" if model.takes_integer_input else job.config.dtype)
-        job.test_result = trained.evaluate(xp.asarray(inputs), xp.asarray(dataset.y_test))
+        # Converted chunk by chunk as evaluation reads them (no float copy of the test set).
+        dtype = "int64" if model.takes_integer_input else job.config.dtype
+        inputs = ModelInputs(xp.asarray(dataset.x_test), dataset.input_scale, dtype)
+        job.test_result = trained.evaluate(inputs, xp.asarray(dataset.y_test))
         losses = log.scalars("loss")
         last_step = losses[-1].step if losses else job.first_step
         log.scalar("test_loss", last_step, job.test_result[0], job.clock())

@@ -14,10 +14,15 @@ from typing import Any
 import numpy as np
 
 from workbench.config import RunConfig
-from workbench.data import GlobalBatchSampler, load_dataset, shard_rows
+from workbench.data import GlobalBatchSampler, shard_rows
 from workbench.ir import Executable
 from workbench.optim import LearningRateSchedule, make_optimizer
-from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
+from workbench.parallel.worker_spec import (
+    WorkerSpec,
+    host_snapshot,
+    initial_state,
+    training_data,
+)
 from workbench.training.graphs import (
     DROPOUT_SEED,
     INPUTS,
@@ -32,7 +37,7 @@ class GradientWorker:
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
         config = self.config = RunConfig.from_dict(spec.config)
-        dataset = load_dataset(config.dataset, seed=config.seed)
+        dataset = spec.dataset()
         self.model = spec.model
         self.optimizer = make_optimizer(config.optimizer)
         self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
@@ -48,9 +53,7 @@ class GradientWorker:
         self.straggler = spec.straggler()
         if spec.reads_own_data:
             # The training set goes to the device once; each step gathers its rows there.
-            input_dtype = "int64" if self.model.takes_integer_input else config.dtype
-            self.inputs = self.arrays.to_device(dataset.x_train.astype(input_dtype))
-            self.labels = self.arrays.to_device(dataset.y_train)
+            self.inputs, self.labels = training_data(dataset, self.model, config.dtype, self.arrays)
 
     def gradient_program(self) -> tuple[tuple[str, ...], Executable]:
         """(parameter names, the program computing this replica's loss and gradients)."""

@@ -19,13 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from workbench.data import GlobalBatchSampler, load_dataset, shard_rows
+from workbench.data import GlobalBatchSampler, shard_rows
 from workbench.ir import Executable, Graph
 from workbench.ir.ops.communication import COLLECTIVES, RENDEZVOUS
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.parallel.collectives import allreduce
 from workbench.parallel.towers import feed_parts
-from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
+from workbench.parallel.worker_spec import (
+    WorkerSpec,
+    host_snapshot,
+    initial_state,
+    training_data,
+)
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
 from workbench.training.graphs import DROPOUT_SEED, INPUTS, LABELS, LEARNING_RATE
@@ -91,8 +96,8 @@ class ModelParallelDevice:
     def __init__(self, spec: DeviceSpec) -> None:
         worker = self.worker = spec.worker
         config = self.config = worker.run_config
-        dataset = load_dataset(config.dataset, seed=config.seed)
-        model = self.model = worker.model
+        dataset = worker.dataset()
+        self.model = worker.model
         optimizer = make_optimizer(config.optimizer)
         self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
         self.schedule = LearningRateSchedule.from_config(config, optimizer, worker.total_steps)
@@ -110,9 +115,7 @@ class ModelParallelDevice:
         self.needs = {name: feed_parts(name) for name in self.program.placeholders}
         if {feed for _, feed in self.needs.values()} & {INPUTS, LABELS}:
             # The training set goes to the device once; each step gathers its rows there.
-            input_dtype = "int64" if model.takes_integer_input else config.dtype
-            self.inputs = self.arrays.to_device(dataset.x_train.astype(input_dtype))
-            self.labels = self.arrays.to_device(dataset.y_train)
+            self.inputs, self.labels = training_data(dataset, self.model, config.dtype, self.arrays)
         self.dtype = np.dtype(config.dtype).type
         self.transport = PeerTransport(
             worker.run_id,

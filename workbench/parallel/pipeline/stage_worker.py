@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.data import GlobalBatchSampler, load_dataset, microbatch_rows, shard_rows
+from workbench.data import GlobalBatchSampler, microbatch_rows, shard_rows
 from workbench.ir import Executable
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.parallel.collectives import (
@@ -39,7 +39,12 @@ from workbench.parallel.pipeline.stages import (
     build_stage_graphs,
     split_layers,
 )
-from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
+from workbench.parallel.worker_spec import (
+    WorkerSpec,
+    host_snapshot,
+    initial_state,
+    training_data,
+)
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
 from workbench.training.graphs import (
@@ -67,7 +72,7 @@ class StageWorker:
         self.stage, self.replica = self.rank % self.stages, self.rank // self.stages
         self.replicas = len(worker.addresses) // self.stages
         self.first, self.last = self.stage == 0, self.stage == self.stages - 1
-        dataset = load_dataset(config.dataset, seed=config.seed)
+        dataset = worker.dataset()
         model = self.model = worker.model
         optimizer = make_optimizer(config.optimizer)
         self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
@@ -98,9 +103,7 @@ class StageWorker:
         self.dtype = np.dtype(config.dtype).type
         if self.first or self.last:
             # The training set goes to the device once; each micro-batch gathers its rows there.
-            input_dtype = "int64" if model.takes_integer_input else config.dtype
-            self.inputs = self.arrays.to_device(dataset.x_train.astype(input_dtype))
-            self.labels = self.arrays.to_device(dataset.y_train)
+            self.inputs, self.labels = training_data(dataset, self.model, config.dtype, self.arrays)
         self.transport = PeerTransport(
             worker.run_id,
             self.rank,
