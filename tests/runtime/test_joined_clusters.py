@@ -122,6 +122,32 @@ def test_a_worker_that_cannot_read_the_data_set_is_named(tmp_path, processes):
     message = str(raised.value)
     assert message.startswith("--dataset: worker 1 ")
     assert f"cannot read cifar10:{data}: {data} does not exist" in message
+    assert "--ship-data" in message  # what to do about it
+
+
+def test_ship_data_sends_the_clients_copy_to_a_worker_that_cannot_read_it(tmp_path, processes):
+    """The same two workers, worker 1 without the data's folder: with --ship-data the client
+    sends its copy (once per host) and the run trains as on readable data."""
+    scheduler_file = tmp_path / "scheduler.json"
+    data = tmp_path / "data" / "cifar"
+    _write_cifar10(data)
+    processes.scheduler(scheduler_file)
+    processes.worker(scheduler_file, "0")
+    hide = f'mount -t tmpfs none {data.parent} && exec "$@"'
+    processes.worker(
+        scheduler_file,
+        "1",
+        prefix=["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, "sh"],
+    )
+    run = {**RUN, "dataset": f"cifar10:{data}", "model": "mlp", "batch_size": 8}
+    lines: list[str] = []
+    shipped = run_training(
+        RunConfig(**run, scheduler_file=str(scheduler_file), wait_for_workers=60, ship_data=True),
+        progress=lines.append,
+    )
+    assert f"[data] cifar10:{data}: 1 copy for 2 devices (sent by this client)" in lines
+    local = run_training(RunConfig(**run), progress=lambda line: None)
+    assert shipped.summary["final_loss"] == local.summary["final_loss"]
 
 
 def test_a_client_and_a_cluster_object_are_used_and_left_open():
