@@ -47,7 +47,9 @@ def test_the_distributed_dataset_splits_fits_global_batches(mirrored):
         assert len(batch.values) == 2
         for replica, (x, y) in enumerate(batch.values):
             rows = indices[shard_rows(64, replica, 2)]
-            assert np.array_equal(x, digits.x_train[rows])
+            # The inputs as the model reads them: pixel counts / 16, as float64.
+            assert x.dtype == np.float64
+            assert np.array_equal(x, digits.x_train[rows] / 16.0)
             assert np.array_equal(y, digits.y_train[rows])
     one_epoch = mirrored.experimental_distribute_dataset("digits", 64, seed=3, epochs=1)
     assert len(list(one_epoch)) == len(one_epoch) == sampler.steps_per_epoch

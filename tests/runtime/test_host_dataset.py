@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
+from workbench.bench.memory_suite import write_cifar10
 from workbench.data import load_dataset
 from workbench.data.user_arrays import fit_arrays_dataset
 from workbench.runtime.host_dataset import (
@@ -23,15 +24,6 @@ from workbench.runtime.host_dataset import (
     write_segment,
 )
 from workbench.runtime.shared_memory import SHM_DIRECTORY, segment_prefix
-
-
-def _write_cifar10(folder: Path, records: int = 30) -> None:
-    folder.mkdir(parents=True)
-    generator = np.random.default_rng(0)
-    for name in ("data_batch_1.bin", "test_batch.bin"):
-        labels = generator.integers(0, 10, (records, 1), dtype=np.uint8)
-        images = generator.integers(0, 256, (records, 3072), dtype=np.uint8)
-        (folder / name).write_bytes(np.concatenate([labels, images], axis=1).tobytes())
 
 
 def test_a_segment_is_its_owners_only_and_reads_back_read_only(tmp_path):
@@ -77,7 +69,7 @@ def _segments(run_id: str) -> list[str]:
 
 def test_workers_of_one_host_map_one_copy_loaded_on_the_host(client, tmp_path):
     folder = tmp_path / "cifar"
-    _write_cifar10(folder)
+    write_cifar10(folder, train_images=30, test_images=30)
     spec, run_id = f"cifar10:{folder}", uuid.uuid4().hex[:12]
     addresses = sorted(client.scheduler_info()["workers"])
     lines: list[str] = []

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
+from workbench.bench.memory_suite import write_cifar10
 from workbench.config import RunConfig
 from workbench.launch.runner import run_training
 from workbench.runtime.cluster import ClusterError
@@ -89,21 +90,13 @@ def test_a_worker_with_another_workbench_version_is_named(tmp_path, processes):
     assert "workbench 0.0.0+other (the client has " in message
 
 
-def _write_cifar10(folder: Path, records: int = 40) -> None:
-    folder.mkdir(parents=True)
-    generator = np.random.default_rng(0)
-    for name in ("data_batch_1.bin", "test_batch.bin"):
-        labels = generator.integers(0, 10, (records, 1), dtype=np.uint8)
-        images = generator.integers(0, 256, (records, 3072), dtype=np.uint8)
-        (folder / name).write_bytes(np.concatenate([labels, images], axis=1).tobytes())
-
-
-def test_a_worker_that_cannot_read_the_data_set_is_named(tmp_path, processes):
-    """Worker 1 runs as on another host: in a mount namespace where the data's folder is
-    not there (an empty file system is mounted over its parent)."""
+def _one_worker_without_the_data(tmp_path: Path, processes) -> tuple[Path, Path]:
+    """A scheduler and two workers; worker 1 runs as on another host: in a mount namespace
+    where the data's folder is not there (an empty file system is mounted over its parent).
+    Returns (the scheduler file, the data's folder: CIFAR-10 batches)."""
     scheduler_file = tmp_path / "scheduler.json"
     data = tmp_path / "data" / "cifar"
-    _write_cifar10(data)
+    write_cifar10(data, train_images=40, test_images=40)
     processes.scheduler(scheduler_file)
     processes.worker(scheduler_file, "0")
     hide = f'mount -t tmpfs none {data.parent} && exec "$@"'
@@ -112,6 +105,11 @@ def test_a_worker_that_cannot_read_the_data_set_is_named(tmp_path, processes):
         "1",
         prefix=["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, "sh"],
     )
+    return scheduler_file, data
+
+
+def test_a_worker_that_cannot_read_the_data_set_is_named(tmp_path, processes):
+    scheduler_file, data = _one_worker_without_the_data(tmp_path, processes)
     config = RunConfig(
         **{**RUN, "dataset": f"cifar10:{data}", "model": "mlp", "batch_size": 8},
         scheduler_file=str(scheduler_file),
@@ -128,17 +126,7 @@ def test_a_worker_that_cannot_read_the_data_set_is_named(tmp_path, processes):
 def test_ship_data_sends_the_clients_copy_to_a_worker_that_cannot_read_it(tmp_path, processes):
     """The same two workers, worker 1 without the data's folder: with --ship-data the client
     sends its copy (once per host) and the run trains as on readable data."""
-    scheduler_file = tmp_path / "scheduler.json"
-    data = tmp_path / "data" / "cifar"
-    _write_cifar10(data)
-    processes.scheduler(scheduler_file)
-    processes.worker(scheduler_file, "0")
-    hide = f'mount -t tmpfs none {data.parent} && exec "$@"'
-    processes.worker(
-        scheduler_file,
-        "1",
-        prefix=["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, "sh"],
-    )
+    scheduler_file, data = _one_worker_without_the_data(tmp_path, processes)
     run = {**RUN, "dataset": f"cifar10:{data}", "model": "mlp", "batch_size": 8}
     lines: list[str] = []
     shipped = run_training(

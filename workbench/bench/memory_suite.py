@@ -43,12 +43,16 @@ class MemorySettings:
     seed: int = 0
 
 
-def write_cifar10(folder: Path, train_images: int, seed: int = 0) -> None:
-    """Five training batches and a test batch of random images, in CIFAR-10's binary layout."""
+def write_cifar10(
+    folder: Path, train_images: int, seed: int = 0, test_images: int = TEST_IMAGES
+) -> None:
+    """Five training batches (fewer with fewer than five images) and a test batch of random
+    images, in CIFAR-10's binary layout."""
+    folder.mkdir(parents=True, exist_ok=True)
     generator = np.random.default_rng(seed)
     counts = [train_images // 5 + (i < train_images % 5) for i in range(5)]
-    files = [*(f"data_batch_{i + 1}.bin" for i in range(5)), "test_batch.bin"]
-    for name, count in zip(files, [*counts, TEST_IMAGES]):
+    files = [f"data_batch_{i + 1}.bin" for i in range(5) if counts[i]] + ["test_batch.bin"]
+    for name, count in zip(files, [*filter(None, counts), test_images]):
         records = generator.integers(0, 256, (count, 3073), dtype=np.uint8)
         records[:, 0] %= 10
         (folder / name).write_bytes(records.tobytes())

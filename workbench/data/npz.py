@@ -84,7 +84,14 @@ def arrays_dataset(
         given, missing = ("x_test", "y_test") if y_test is None else ("y_test", "x_test")
         raise DatasetError(f"{source}: {given} is given without {missing}; give both or neither")
     if x_test is None:
-        x_train, y_train, x_test, y_test = _held_out(np.asarray(x_train), np.asarray(y_train))
+        x_train, y_train = np.asarray(x_train), np.asarray(y_train)
+        rows = len(x_train) if x_train.ndim else 0
+        if y_train.ndim != 1 or len(y_train) != rows:  # before the rows are split
+            raise DatasetError(
+                f"{source}: y_train must be one label per row of x_train ({rows}), "
+                f"got shape {y_train.shape}"
+            )
+        x_train, y_train, x_test, y_test = _held_out(x_train, y_train)
     inputs = {"x_train": x_train, "x_test": x_test}
     labels = {"y_train": y_train, "y_test": y_test}
     for key, x in inputs.items():

@@ -97,14 +97,15 @@ class DistributedDataset:
         )
 
 
-def _arrays(data: Any, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def _arrays(data: Any, seed: int) -> tuple[Any, np.ndarray]:
     if isinstance(data, str):
         try:
             data = load_dataset(data, seed=seed)
         except DatasetError as error:
             raise ConfigError("dataset", str(error)) from None
     if isinstance(data, Dataset):
-        return data.x_train, data.y_train
+        # The inputs as the model reads them (float64; images scaled), batch by batch.
+        return data.model_inputs("train", "float64"), data.y_train
     if not isinstance(data, tuple | list) or len(data) != 2:
         raise ConfigError(
             "dataset",
