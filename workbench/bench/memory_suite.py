@@ -39,6 +39,7 @@ class MemorySettings:
     steps: int = 20
     repeats: int = 1
     train_images: int = TRAIN_IMAGES
+    test_images: int = TEST_IMAGES
     compare_with: str | None = None  # a checkout of the workbench (its repository root)
     seed: int = 0
 
@@ -149,8 +150,8 @@ def run_memory_suite(settings: MemorySettings, progress: Progress) -> dict[str, 
     with tempfile.TemporaryDirectory(prefix="dtrain-cifar10-") as name:
         folder = Path(name)
         sources = {name: _imported_from(env, folder) for name, env in contenders.items()}
-        write_cifar10(folder, settings.train_images, settings.seed)
-        progress(f"CIFAR-10 layout, {settings.train_images:,} + {TEST_IMAGES:,} images")
+        write_cifar10(folder, settings.train_images, settings.seed, settings.test_images)
+        progress(f"CIFAR-10 layout, {settings.train_images:,} + {settings.test_images:,} images")
         for repeat in range(settings.repeats):
             order = list(contenders) if repeat % 2 == 0 else list(reversed(contenders))
             for name in order:
@@ -198,7 +199,8 @@ def render(result: dict[str, Any]) -> str:
     settings = result["settings"]
     lines = [
         f"### memory: peak resident memory per process, mirrored on 2 CPU devices, CIFAR-10 "
-        f"layout ({settings['train_images']:,} + {TEST_IMAGES:,} images), MLP 3072-64-10, "
+        f"layout ({settings['train_images']:,} + {settings['test_images']:,} images), MLP "
+        "3072-64-10, "
         f"{settings['steps']} steps, median of {settings['repeats']} runs",
         "",
         "| workbench | client peak MiB | largest worker peak MiB | final loss | wall s |",
