@@ -21,6 +21,7 @@ from workbench.bench import (
     charts_suite,
     compression_suite,
     ddp_suite,
+    e2e_suite,
     faults_suite,
     hosts_suite,
     memory_suite,
@@ -139,6 +140,13 @@ SUITES: dict[str, Suite] = {
         "mirrored on 2 CPU devices vs PyTorch DDP (gloo), MLP 784-512-512-10, global batch 256",
         ddp_suite.run_from_args,
         ddp_suite.render,
+    ),
+    "e2e": Suite(
+        "e2e",
+        "whole dtrain run commands vs a whole PyTorch DDP script, start-up cancelled out "
+        "(wall(1100 steps) - wall(100)): what a user pays per step",
+        e2e_suite.run_from_args,
+        e2e_suite.render,
     ),
     "allreduce": Suite(
         "allreduce",
@@ -400,6 +408,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=None,
         help="recovery run: kill a worker once the loss passed this step (half the steps)",
+    )
+    whole = parser.add_argument_group("e2e suite (also --repeats: trials, --seed)")
+    whole.add_argument(
+        "--e2e-overheads",
+        action="store_true",
+        help="e2e: also parameter-server (sync, 1 shard) and pipeline (2 stages, 4 micro-"
+        "batches) against one-device",
     )
     memory = parser.add_argument_group("memory suite (also --train-steps, --repeats, --seed)")
     memory.add_argument(

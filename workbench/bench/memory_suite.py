@@ -28,6 +28,7 @@ import numpy as np
 import psutil
 
 from workbench.bench.distributed_suites import Progress, spread
+from workbench.bench.whole_runs import dtrain_command
 
 TRAIN_IMAGES, TEST_IMAGES = 50_000, 10_000
 POLL_SECONDS = 0.02
@@ -118,8 +119,7 @@ def _command(folder: Path, settings: MemorySettings) -> list[str]:
     flags += ["--model", "mlp", "--hidden", "64", "--batch-size", "256"]
     flags += ["--steps", str(settings.steps), "--seed", str(settings.seed)]
     flags += ["--device-type", "cpu", "--no-calibrate", "--json"]
-    entry = "import sys; from workbench.cli.main import main; sys.exit(main())"
-    return [sys.executable, "-c", entry, "run", *flags]
+    return dtrain_command("run", *flags)
 
 
 def _environment(checkout: str | None) -> dict[str, str]:

@@ -1,0 +1,34 @@
+"""The e2e suite times whole commands as a user runs them and cancels their start-up out."""
+
+from __future__ import annotations
+
+from workbench.bench.e2e_suite import E2ESettings, command, render, run_e2e_suite
+
+
+def test_the_commands_are_the_ones_a_user_types():
+    settings = E2ESettings()
+    mirrored = command("mirrored", 100, settings)
+    assert mirrored[mirrored.index("run") :][:5] == [
+        "run",
+        "--strategy",
+        "mirrored",
+        "--devices",
+        "2",
+    ]
+    assert "--steps" in mirrored and mirrored[mirrored.index("--steps") + 1] == "100"
+    ddp = command("ddp", 1100, settings)
+    assert ddp[1:3] == ["-m", "workbench.bench.ddp_script"] and "1100" in ddp
+    assert settings.chosen() == ("mirrored", "ddp")
+    overheads = E2ESettings(overheads=True).chosen()
+    assert {"one-device", "parameter-server", "pipeline"} <= set(overheads)
+
+
+def test_a_trial_reports_throughput_from_the_difference_of_two_whole_runs():
+    settings = E2ESettings(short=2, long=12, trials=1, batch_size=32, contenders=("one-device",))
+    lines: list[str] = []
+    result = run_e2e_suite(settings, lines.append)
+    walls = result["wall_seconds"]["one-device"]
+    difference = walls["12"]["median"] - walls["2"]["median"]
+    assert result["samples_per_second"]["one-device"]["median"] == 10 * 32 / difference
+    assert result["ratios"] == {}  # its peers were not run
+    assert len(lines) == 2 and "| one-device |" in render(result)

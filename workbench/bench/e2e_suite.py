@@ -1,0 +1,143 @@
+"""The ``e2e`` suite: what a user pays, measured from outside whole processes.
+
+Each contender is a whole command a user runs: ``dtrain run`` (mirrored on 2 devices, the
+reference MLP 784-512-512-10 on ``synthetic``, global batch 256, SGD, one thread per worker,
+``--no-calibrate``) against a whole PyTorch DDP script doing the same steps
+(:mod:`workbench.bench.ddp_script`: 2 gloo processes). Every contender runs ``short`` and
+``long`` steps (100 and 1100), and its throughput is ``(long - short) x batch / (wall(long) -
+wall(short))``: starting the cluster or the process group, importing, building and tearing
+down cancel out, and what remains is everything a step costs a user, dispatch, events, the
+run store, the dashboard publisher and progress included. Trials alternate the contenders (the
+order rotates every trial); medians and ranges over trials, ratios trial by trial.
+
+With ``--e2e-overheads``, ``parameter-server`` (sync, 1 shard) and ``pipeline`` (2 stages, 4
+micro-batches) run the same way beside a ``one-device`` run of the same model: their overhead,
+reported without a target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.bench.distributed_suites import Progress, spread
+from workbench.bench.whole_runs import dtrain_command, timed_process
+
+MODEL_FLAGS = ("--model", "mlp", "--hidden", "512,512", "--dataset", "synthetic")
+COMMON_FLAGS = ("--optimizer", "sgd", "--lr", "0.01", "--device-type", "cpu", "--no-calibrate")
+STRATEGY_FLAGS = {
+    "mirrored": ("--strategy", "mirrored", "--devices", "2"),
+    "one-device": ("--strategy", "one-device"),
+    "parameter-server": ("--strategy", "parameter-server", "--devices", "2", "--ps", "1"),
+    "pipeline": ("--strategy", "pipeline", "--devices", "2", "--stages", "2"),
+}
+# (contender, the peer its throughput is divided by)
+PAIRS = {"mirrored": "ddp", "parameter-server": "one-device", "pipeline": "one-device"}
+
+
+@dataclass(frozen=True)
+class E2ESettings:
+    short: int = 100
+    long: int = 1100
+    trials: int = 3
+    batch_size: int = 256
+    seed: int = 0
+    overheads: bool = False
+    contenders: tuple[str, ...] = field(default=())
+
+    def chosen(self) -> tuple[str, ...]:
+        if self.contenders:
+            return self.contenders
+        extra = ("one-device", "parameter-server", "pipeline") if self.overheads else ()
+        return ("mirrored", "ddp", *extra)
+
+
+def command(contender: str, steps: int, settings: E2ESettings) -> list[str]:
+    """The whole command of ``contender`` for ``steps`` steps."""
+    if contender == "ddp":
+        script = ["-m", "workbench.bench.ddp_script", "--steps", str(steps)]
+        return [sys.executable, *script, "--batch-size", str(settings.batch_size)]
+    flags = [*STRATEGY_FLAGS[contender], *MODEL_FLAGS, *COMMON_FLAGS]
+    flags += ["--batch-size", str(settings.batch_size), "--steps", str(steps)]
+    if contender == "pipeline":
+        flags += ["--microbatches", "4"]
+    return dtrain_command("run", *flags, "--seed", str(settings.seed), "--json")
+
+
+def _final_loss(contender: str, output: str) -> float:
+    return float(json.loads(output)["final_loss"])
+
+
+def run_e2e_suite(settings: E2ESettings, progress: Progress) -> dict[str, Any]:
+    contenders = settings.chosen()
+    walls: dict[str, dict[int, list[float]]] = {c: {} for c in contenders}
+    throughput: dict[str, list[float]] = {c: [] for c in contenders}
+    with tempfile.TemporaryDirectory(prefix="dtrain-e2e-") as name:
+        folder = Path(name)
+        for trial in range(settings.trials):
+            order = contenders[trial % len(contenders) :] + contenders[: trial % len(contenders)]
+            for contender in order:
+                for steps in (settings.short, settings.long):
+                    seconds, output = timed_process(command(contender, steps, settings), folder)
+                    walls[contender].setdefault(steps, []).append(seconds)
+                    progress(
+                        f"trial {trial + 1}: {contender} {steps} steps in {seconds:.2f} s "
+                        f"(final loss {_final_loss(contender, output):.4f})"
+                    )
+                short, long = (
+                    walls[contender][settings.short][-1],
+                    walls[contender][settings.long][-1],
+                )
+                steps = settings.long - settings.short
+                throughput[contender].append(steps * settings.batch_size / (long - short))
+    ratios = {}
+    for contender, peer in PAIRS.items():
+        if contender in throughput and peer in throughput:
+            per_trial = [a / b for a, b in zip(throughput[contender], throughput[peer])]
+            ratios[f"{contender}/{peer}"] = {**spread(per_trial), "per_trial": per_trial}
+    return {
+        "suite": "e2e",
+        "settings": {**asdict(settings), "contenders": list(contenders)},
+        "samples_per_second": {c: spread(values) for c, values in throughput.items()},
+        "wall_seconds": {
+            c: {str(steps): spread(values) for steps, values in by_steps.items()}
+            for c, by_steps in walls.items()
+        },
+        "ratios": ratios,
+    }
+
+
+def run_from_args(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
+    return run_e2e_suite(
+        E2ESettings(trials=args.repeats, seed=args.seed, overheads=args.e2e_overheads), progress
+    )
+
+
+def render(result: dict[str, Any]) -> str:
+    settings = result["settings"]
+    span = settings["long"] - settings["short"]
+    lines = [
+        f"### e2e: whole commands, {span} steps timed as wall({settings['long']}) - "
+        f"wall({settings['short']}), MLP 784-512-512-10 on synthetic, global batch "
+        f"{settings['batch_size']}, {settings['trials']} trials alternating",
+        "",
+        "| contender | samples/s (median) | min - max | wall s, short / long (medians) |",
+        "|---|---:|---:|---:|",
+    ]
+    for contender, figures in result["samples_per_second"].items():
+        walls = result["wall_seconds"][contender]
+        short, long = walls[str(settings["short"])], walls[str(settings["long"])]
+        lines.append(
+            f"| {contender} | {figures['median']:,.0f} | {figures['min']:,.0f} - "
+            f"{figures['max']:,.0f} | {short['median']:.1f} / {long['median']:.1f} |"
+        )
+    lines.append("")
+    for pair, ratio in result["ratios"].items():
+        trials = ", ".join(f"{value:.2f}" for value in ratio["per_trial"])
+        lines.append(f"- {pair}: **{ratio['median']:.2f}** (per trial {trials})")
+    return "\n".join(lines)
