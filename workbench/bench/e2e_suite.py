@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ class E2ESettings:
     batch_size: int = 256
     seed: int = 0
     overheads: bool = False
-    contenders: tuple[str, ...] = field(default=())
+    contenders: tuple[str, ...] = ()
 
     def chosen(self) -> tuple[str, ...]:
         if self.contenders:
@@ -69,7 +69,7 @@ def command(contender: str, steps: int, settings: E2ESettings) -> list[str]:
     return dtrain_command("run", *flags, "--seed", str(settings.seed), "--json")
 
 
-def _final_loss(contender: str, output: str) -> float:
+def _final_loss(output: str) -> float:
     return float(json.loads(output)["final_loss"])
 
 
@@ -87,7 +87,7 @@ def run_e2e_suite(settings: E2ESettings, progress: Progress) -> dict[str, Any]:
                     walls[contender].setdefault(steps, []).append(seconds)
                     progress(
                         f"trial {trial + 1}: {contender} {steps} steps in {seconds:.2f} s "
-                        f"(final loss {_final_loss(contender, output):.4f})"
+                        f"(final loss {_final_loss(output):.4f})"
                     )
                 short, long = (
                     walls[contender][settings.short][-1],

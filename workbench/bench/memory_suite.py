@@ -80,14 +80,32 @@ def _is_worker(process: psutil.Process) -> bool:
 
 def measure_run(command: list[str], environment: dict[str, str], folder: Path) -> dict[str, Any]:
     """Run ``command`` in ``folder`` and follow its peak resident memory and its workers'."""
-    run = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=environment,
-        cwd=folder,  # not a checkout: ``python -c`` imports from its working directory first
-    )
+    # Its progress goes to a file: a pipe nobody reads while polling could fill and stall it.
+    with tempfile.TemporaryFile(mode="w+") as errors:
+        run = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            env=environment,
+            cwd=folder,  # not a checkout: ``python -c`` imports from its working directory first
+        )
+        peaks = _follow_peaks(run)
+        out, _ = run.communicate()
+        if run.returncode != 0:
+            errors.seek(0)
+            raise RuntimeError(f"{' '.join(command[:3])} ... failed:\n{errors.read()[-2000:]}")
+    summary = json.loads(out)
+    return {
+        "client_bytes": peaks.pop(run.pid, 0),
+        "worker_bytes": [peaks[pid] for pid in sorted(peaks)],
+        "final_loss": summary["final_loss"],
+        "wall_seconds": summary["wall_seconds"],
+    }
+
+
+def _follow_peaks(run: subprocess.Popen) -> dict[int, int]:
+    """Peak resident bytes by pid of ``run`` and of the workers it spawns, until it exits."""
     client, peaks, workers = psutil.Process(run.pid), {}, {}
     while run.poll() is None:
         peaks[run.pid] = max(peaks.get(run.pid, 0), _peak_resident(run.pid) or 0)
@@ -101,17 +119,7 @@ def measure_run(command: list[str], environment: dict[str, str], folder: Path) -
             if workers[child.pid]:
                 peaks[child.pid] = max(peaks.get(child.pid, 0), _peak_resident(child.pid) or 0)
         time.sleep(POLL_SECONDS)
-    out, err = run.communicate()
-    if run.returncode != 0:
-        raise RuntimeError(f"{' '.join(command[:3])} ... failed:\n{err[-2000:]}")
-    summary = json.loads(out)
-    worker_peaks = [peaks[pid] for pid in sorted(peaks) if pid != run.pid]
-    return {
-        "client_bytes": peaks.get(run.pid, 0),
-        "worker_bytes": worker_peaks,
-        "final_loss": summary["final_loss"],
-        "wall_seconds": summary["wall_seconds"],
-    }
+    return peaks
 
 
 def _command(folder: Path, settings: MemorySettings) -> list[str]:
@@ -149,7 +157,7 @@ def run_memory_suite(settings: MemorySettings, progress: Progress) -> dict[str, 
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
     with tempfile.TemporaryDirectory(prefix="dtrain-cifar10-") as name:
         folder = Path(name)
-        sources = {name: _imported_from(env, folder) for name, env in contenders.items()}
+        sources = {label: _imported_from(env, folder) for label, env in contenders.items()}
         write_cifar10(folder, settings.train_images, settings.seed, settings.test_images)
         progress(f"CIFAR-10 layout, {settings.train_images:,} + {settings.test_images:,} images")
         for repeat in range(settings.repeats):

@@ -28,7 +28,7 @@ def to_model_inputs(stored: Any, scale: float, dtype: str) -> Any:
     """
     if np.dtype(dtype).kind in "iu":
         return stored.astype(dtype)
-    values = stored.astype(np.float64)
+    values = stored.astype(np.float64, copy=False)  # gathered rows are already a copy
     if scale != 1.0:
         values = values / scale
     return values if np.dtype(dtype) == np.float64 else values.astype(dtype)

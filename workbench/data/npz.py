@@ -91,7 +91,13 @@ def arrays_dataset(
                 f"{source}: y_train must be one label per row of x_train ({rows}), "
                 f"got shape {y_train.shape}"
             )
-        x_train, y_train, x_test, y_test = _held_out(x_train, y_train)
+        kept = rows - max(1, round(rows * HELD_OUT))  # the last fifth (at least a row) held out
+        x_train, y_train, x_test, y_test = (
+            x_train[:kept],
+            y_train[:kept],
+            x_train[kept:],
+            y_train[kept:],
+        )
     inputs = {"x_train": x_train, "x_test": x_test}
     labels = {"y_train": y_train, "y_test": y_test}
     for key, x in inputs.items():
@@ -142,14 +148,6 @@ def arrays_dataset(
         num_classes=classes,
         input_scale=_MAX_PIXEL if as_bytes else 1.0,
     )
-
-
-def _held_out(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
-    """(x_train, y_train, x_test, y_test): the last fifth of the rows held out (at least one
-    row; shape errors are left to the checks that name the array)."""
-    rows = len(x) if x.ndim else 0
-    kept = rows - max(1, round(rows * HELD_OUT))
-    return x[:kept], y[:kept], x[kept:], y[kept:]
 
 
 def _as_inputs(x: np.ndarray, as_bytes: bool) -> np.ndarray:

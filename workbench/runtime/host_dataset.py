@@ -204,8 +204,7 @@ def stage_dataset(
                 continue
             seen = client.run(attach_dataset, run_id, shared, workers=members) if members else {}
             client.run(release_segment, shared.path, workers=[leader])
-            for member in members:
-                held[member] = "shared" if seen[member] else "unseen"
+            held.update((member, "shared") for member in members if seen[member])
             # A worker that does not see its leader's /dev/shm leads a group of its own.
             unseen += [[member] for member in members if not seen[member]]
         pending = unseen
