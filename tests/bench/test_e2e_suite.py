@@ -24,7 +24,9 @@ def test_the_commands_are_the_ones_a_user_types():
 
 
 def test_a_trial_reports_throughput_from_the_difference_of_two_whole_runs():
-    settings = E2ESettings(short=2, long=12, trials=1, batch_size=32, contenders=("one-device",))
+    settings = E2ESettings(
+        short=2, long=12, trials=1, batch_size=32, contenders=("one-device",), profile=False
+    )
     lines: list[str] = []
     result = run_e2e_suite(settings, lines.append)
     walls = result["wall_seconds"]["one-device"]

@@ -416,6 +416,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="e2e: also parameter-server (sync, 1 shard) and pipeline (2 stages, 4 micro-"
         "batches) against one-device",
     )
+    whole.add_argument(
+        "--no-e2e-profile",
+        action="store_true",
+        help="e2e: skip the attribution of the gap between bench ddp's steady state and the "
+        "end-to-end figure (a steady-state run and two profiled runs per trial)",
+    )
     memory = parser.add_argument_group("memory suite (also --train-steps, --repeats, --seed)")
     memory.add_argument(
         "--compare-with",

@@ -13,6 +13,10 @@ order rotates every trial); medians and ranges over trials, ratios trial by tria
 With ``--e2e-overheads``, ``parameter-server`` (sync, 1 shard) and ``pipeline`` (2 stages, 4
 micro-batches) run the same way beside a ``one-device`` run of the same model: their overhead,
 reported without a target.
+
+Every trial also attributes the difference between ``bench ddp``'s steady state and the
+end-to-end figure (:mod:`workbench.bench.e2e_attribution`): ``mirrored`` measured as ``bench
+ddp`` measures it, and a profiled short and long ``dtrain run``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from workbench.bench.distributed_suites import Progress, spread
+from workbench.bench.e2e_attribution import (
+    per_step_ms,
+    profiled,
+    render_attribution,
+    steady_state_ms,
+)
 from workbench.bench.whole_runs import dtrain_command, timed_process
 
 MODEL_FLAGS = ("--model", "mlp", "--hidden", "512,512", "--dataset", "synthetic")
@@ -48,6 +58,7 @@ class E2ESettings:
     batch_size: int = 256
     seed: int = 0
     overheads: bool = False
+    profile: bool = True
     contenders: tuple[str, ...] = ()
 
     def chosen(self) -> tuple[str, ...]:
@@ -57,16 +68,36 @@ class E2ESettings:
         return ("mirrored", "ddp", *extra)
 
 
+def run_flags(contender: str, steps: int, settings: E2ESettings) -> list[str]:
+    """The ``dtrain run`` flags of ``contender`` for ``steps`` steps."""
+    flags = [*STRATEGY_FLAGS[contender], *MODEL_FLAGS, *COMMON_FLAGS]
+    flags += ["--batch-size", str(settings.batch_size), "--steps", str(steps)]
+    if contender == "pipeline":
+        flags += ["--microbatches", "4"]
+    return [*flags, "--seed", str(settings.seed)]
+
+
 def command(contender: str, steps: int, settings: E2ESettings) -> list[str]:
     """The whole command of ``contender`` for ``steps`` steps."""
     if contender == "ddp":
         script = ["-m", "workbench.bench.ddp_script", "--steps", str(steps)]
         return [sys.executable, *script, "--batch-size", str(settings.batch_size)]
-    flags = [*STRATEGY_FLAGS[contender], *MODEL_FLAGS, *COMMON_FLAGS]
-    flags += ["--batch-size", str(settings.batch_size), "--steps", str(steps)]
-    if contender == "pipeline":
-        flags += ["--microbatches", "4"]
-    return dtrain_command("run", *flags, "--seed", str(settings.seed), "--json")
+    return dtrain_command("run", *run_flags(contender, steps, settings), "--json")
+
+
+def _attribute(settings: E2ESettings, folder: Path, progress: Progress) -> tuple[float, dict]:
+    """One trial's attribution: (bench ddp's steady-state ms/step, the profile per step)."""
+    steady = steady_state_ms(settings.batch_size, settings.seed)
+    runs = {
+        steps: profiled(run_flags("mirrored", steps, settings), folder, f"profile-{steps}")
+        for steps in (settings.short, settings.long)
+    }
+    figures = per_step_ms(runs[settings.short], runs[settings.long], settings.long - settings.short)
+    progress(
+        f"  steady state {steady:.2f} ms/step; profiled end to end "
+        f"{figures['end_to_end']:.2f} ms/step"
+    )
+    return steady, figures
 
 
 def _final_loss(output: str) -> float:
@@ -77,6 +108,8 @@ def run_e2e_suite(settings: E2ESettings, progress: Progress) -> dict[str, Any]:
     contenders = settings.chosen()
     walls: dict[str, dict[int, list[float]]] = {c: {} for c in contenders}
     throughput: dict[str, list[float]] = {c: [] for c in contenders}
+    steady_ms: list[float] = []
+    profiles: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="dtrain-e2e-") as name:
         folder = Path(name)
         for trial in range(settings.trials):
@@ -95,6 +128,11 @@ def run_e2e_suite(settings: E2ESettings, progress: Progress) -> dict[str, Any]:
                 )
                 steps = settings.long - settings.short
                 throughput[contender].append(steps * settings.batch_size / (long - short))
+            if settings.profile:
+                progress(f"trial {trial + 1}: attribution (steady state, profiled runs)")
+                steady, figures = _attribute(settings, folder, progress)
+                steady_ms.append(steady)
+                profiles.append(figures)
     ratios = {}
     for contender, peer in PAIRS.items():
         if contender in throughput and peer in throughput:
@@ -109,12 +147,19 @@ def run_e2e_suite(settings: E2ESettings, progress: Progress) -> dict[str, Any]:
             for c, by_steps in walls.items()
         },
         "ratios": ratios,
+        "attribution": {"steady_state_ms": steady_ms, "profiles": profiles},
     }
 
 
 def run_from_args(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     return run_e2e_suite(
-        E2ESettings(trials=args.repeats, seed=args.seed, overheads=args.e2e_overheads), progress
+        E2ESettings(
+            trials=args.repeats,
+            seed=args.seed,
+            overheads=args.e2e_overheads,
+            profile=not args.no_e2e_profile,
+        ),
+        progress,
     )
 
 
@@ -140,4 +185,7 @@ def render(result: dict[str, Any]) -> str:
     for pair, ratio in result["ratios"].items():
         trials = ", ".join(f"{value:.2f}" for value in ratio["per_trial"])
         lines.append(f"- {pair}: **{ratio['median']:.2f}** (per trial {trials})")
+    attribution = result["attribution"]
+    if attribution["profiles"]:
+        lines += render_attribution(attribution["profiles"], attribution["steady_state_ms"])
     return "\n".join(lines)

@@ -4,11 +4,14 @@ A background thread reads the run's :class:`~workbench.events.EventLog` from whe
 (as the live charts do) and sends what is new in one message, at most ``PUBLISH_HZ`` times a
 second. Training never waits for it and never fails because of it: if the scheduler has no
 board (started without the preload) or a send fails, the publisher says so once and stops.
+Its thread runs at a lower CPU priority (``PUBLISHER_NICE``): on a machine whose cores the
+devices fill, the charts may lag a little, the steps do not.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 
@@ -18,6 +21,7 @@ from workbench.events import EventLog
 PUBLISH_HZ = 4
 MAX_BATCH = 5_000  # events per message: a backlog goes in several messages, none huge
 SEND_TIMEOUT_S = 10.0
+PUBLISHER_NICE = 10  # added to the thread's nice value (Linux: per thread)
 CLOSE_TIMEOUT_S = 5.0  # how long the end of a run waits for the last batch
 
 
@@ -45,6 +49,10 @@ class EventPublisher:
         self._thread.start()
 
     def _loop(self) -> None:
+        with contextlib.suppress(AttributeError, OSError):  # not Linux, or not allowed
+            thread = threading.get_native_id()
+            niceness = os.getpriority(os.PRIO_PROCESS, thread) + PUBLISHER_NICE
+            os.setpriority(os.PRIO_PROCESS, thread, min(niceness, 19))
         while True:
             halted = self._halt.wait(1.0 / PUBLISH_HZ)
             if not self._publish_new(finished=halted) or halted:

@@ -221,13 +221,15 @@ class Attempt:
                 )
                 wait_all(session, ready, "setup", self.first, self.deadline, ranks=group.ranks)
 
-            def after_chunk(first: int, step: int, results: list) -> None:
-                self._note_recovered(first, results)
-                if not self.checkpoints.due(step):
-                    return
+            def checkpoint(step: int) -> None:
                 self.checkpoints.save(step, *self.plan.merge(self.gather(step)))
                 if grow_to is not None and len(session.addresses) < grow_to:
                     self._grow(step, grow_to)
+
+            def after_chunk(first: int, step: int, results: list) -> None:
+                self._note_recovered(first, results)
+                if self.checkpoints.due(step):
+                    checkpoint(step)
 
             if plan.driver is not None:
                 plan.driver(
@@ -245,7 +247,11 @@ class Attempt:
                     ranks=plan.step_ranks,
                     first=self.first,
                     chunk_limit=self.checkpoints.steps_until_due,
-                    after_chunk=after_chunk,
+                    after_chunk=lambda first, step, results: self._note_recovered(first, results),
+                    # Decided when the round ending at a step is sent, so no round is ahead
+                    # of the devices when their snapshot is taken.
+                    pause_at=self.checkpoints.due,
+                    at_pause=checkpoint,
                 )
             snapshots = self.gather(job.total_steps)
         except DeviceFailure:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from workbench.parallel.ordered_tasks import run_in_order
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.devices import device_tag
 
@@ -42,26 +44,45 @@ def submit_each(
     function: Callable,
     arguments: Sequence[tuple],
     ranks: Sequence[int] | None = None,
+    in_order: InOrder | None = None,
 ) -> list:
-    """One task per device of ``ranks`` (default: all, in rank order), with its arguments."""
+    """One task per device of ``ranks`` (default: all, in rank order), with its arguments;
+    ``in_order``: each task queued on its worker behind that device's task in
+    ``in_order.after`` (:mod:`workbench.parallel.ordered_tasks`)."""
     futures = []
     ranks = list(range(len(session.addresses))) if ranks is None else list(ranks)
-    for rank, args in zip(ranks, arguments):
+    for index, (rank, args) in enumerate(zip(ranks, arguments)):
         address = session.addresses[rank]
         where = f"{step}-" if step is not None else ""
-        key = f"dtrain-{strategy}-{phase}-{where}{device_tag(session.device_names[rank])}"
+        tag = f"dtrain-{strategy}-{phase}-{where}{device_tag(session.device_names[rank])}"
+        key = f"{tag}-{session.run_id}"
+        task: tuple = (function, *args)
+        priority = 0
+        if in_order is not None:
+            previous = in_order.after[index].key if in_order.after else None
+            task = (run_in_order, previous, key, in_order.wait_seconds, *task)
+            priority = -(step or 0)  # the earlier step first
         futures.append(
             session.client.submit(
-                function,
-                *args,
-                key=f"{key}-{session.run_id}",
+                *task,
+                key=key,
                 workers=[address],
                 allow_other_workers=False,
                 pure=False,
                 retries=0,
+                priority=priority,
             )
         )
     return futures
+
+
+@dataclass(frozen=True)
+class InOrder:
+    """Queue each task behind its device's task in ``after`` (futures, one per device; empty:
+    the first of a series), waiting at most ``wait_seconds`` for that one to finish."""
+
+    after: Sequence = ()
+    wait_seconds: float = 600.0
 
 
 def wait_all(
@@ -98,7 +119,7 @@ def wait_all(
                     detail = f"{future.status} ({problem!r})"
                 # A peer's failure is usually the echo of a device that died: name that one.
                 _raise_if_a_device_left(session, futures, what, step, detail)
-                _cancel(session, futures)
+                cancel_all(session, futures)
                 raise DeviceFailure(
                     f"{session.device_names[rank]} failed during {what} at step {step}: {detail}",
                     session.device_names[rank],
@@ -106,7 +127,7 @@ def wait_all(
                     recoverable=future.status != "error",
                 )
         if pending and time.monotonic() - started > deadline:
-            _cancel(session, futures)
+            cancel_all(session, futures)
             silent = [session.device_names[ranks[list(futures).index(f)]] for f in pending]
             raise DeviceFailure(
                 f"{', '.join(silent)} did not finish {what} at step {step} within "
@@ -140,7 +161,7 @@ def _gather(session: ClusterSession, futures: Sequence, what: str, step, timeout
                 ) from None
 
 
-def _cancel(session: ClusterSession, futures: Sequence) -> None:
+def cancel_all(session: ClusterSession, futures: Sequence) -> None:
     with contextlib.suppress(Exception):
         session.client.cancel(list(futures))
 
@@ -166,7 +187,7 @@ def _raise_if_a_device_left(
         return
     for rank, address in enumerate(session.addresses):
         if address not in alive:
-            _cancel(session, futures)
+            cancel_all(session, futures)
             echo = f"; its peers reported: {detail}" if detail else ""
             raise DeviceFailure(
                 f"{session.device_names[rank]} died during {what} at step {step} "

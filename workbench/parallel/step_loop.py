@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from workbench.events import EventLog
-from workbench.parallel.dispatch import submit_each, wait_all
+from workbench.parallel.dispatch import InOrder, cancel_all, submit_each, wait_all
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.gpu_metrics import gpu_metrics
 from workbench.training.job import Progress, TrainingJob, epoch_progress
@@ -35,53 +35,100 @@ def drive_steps(
     first: int | None = None,
     chunk_limit: Callable[[int], int | None] = lambda step: None,
     after_chunk: Callable[[int, int, list], None] = lambda first, step, results: None,
+    pause_at: Callable[[int], bool] = lambda step: False,
+    at_pause: Callable[[int], None] = lambda step: None,
 ) -> None:
     """Run steps ``first`` (default ``job.first_step``) .. ``job.total_steps`` on the devices
     ``ranks``. A task stops short of ``chunk_limit(step)`` more steps (a checkpoint boundary);
-    ``after_chunk(first, next step, results)`` runs once a round's events are logged."""
-    step = job.first_step if first is None else first
-    chunk_seconds = 60.0
-    while step < job.total_steps:
-        if job.stop.is_set():
-            progress(f"[{strategy}] stopped at step {step}")
-            return
-        count = min(STEPS_PER_TASK, job.total_steps - step, chunk_limit(step) or STEPS_PER_TASK)
-        started = job.clock()
-        futures = submit_each(
-            session, strategy, "step", step, function, arguments_for(step, count), ranks=ranks
-        )
-        results = wait_all(
-            session,
-            futures,
-            "a step",
-            step,
-            deadline=job.config.stall_timeout + 10 * chunk_seconds,
-            ranks=ranks,
-        )
-        chunk_seconds = max(job.clock() - started, 0.1)
-        for result in results:
-            for event in result["events"]:
-                log.phase(*event)
-            for current, staleness in result.get("staleness", ()):
-                log.scalar("staleness", current, staleness, job.clock())
-            # Other per-step figures a device reports, e.g. a replica's loss scale.
-            for name, current, value, device in result.get("scalars", ()):
-                log.scalar(name, current, value, job.clock(), device=device)
-        for device, (utilization, memory) in gpu_metrics(session).items():
-            log.scalar("gpu_utilization", step, utilization, job.clock(), device=device)
-            log.scalar("gpu_memory_used", step, memory, job.clock(), device=device)
-        for index in range(count):
-            current = results[0]["losses"][index][0]
-            # Equal shards of the batch: the mean of the reported losses is the global loss
-            # (pipeline stages other than the last report none).
-            reported = [r["losses"][index][1] for r in results]
-            reported = [value for value in reported if value is not None]
-            loss = sum(reported) / len(reported)
+    ``after_chunk(first, next step, results)`` runs once a round's events are logged.
 
-            log.scalar("loss", current, loss, job.clock())
-            log.scalar("lr", current, job.schedule(current), job.clock())
-            line = epoch_progress(job, current, loss, strategy)
-            if line:
-                progress(line)
-        after_chunk(step, step + count, results)
-        step += count
+    The next round is sent before the current one finishes, each device's task queued on its
+    worker behind its previous one (:mod:`workbench.parallel.ordered_tasks`), so a device goes
+    from one task to the next without waiting for the client or the scheduler
+    (docs/architecture.md, "What Dask costs"). Where ``pause_at(step)``
+    (asked once, when the round ending at ``step`` is sent) is true, nothing is sent ahead:
+    the devices stop at ``step`` and ``at_pause(step)`` may use them (a checkpoint's snapshot).
+    """
+    step = job.first_step if first is None else first
+    seconds = 60.0  # the last round's, from its sending to its results
+
+    def send(start: int, after: _Round | None) -> _Round:
+        count = min(STEPS_PER_TASK, job.total_steps - start, chunk_limit(start) or STEPS_PER_TASK)
+        arguments = arguments_for(start, count)
+        # A device waits for its previous round at most as long as the client waits for one.
+        order = InOrder(after.futures if after else (), job.config.stall_timeout + 10 * seconds)
+        futures = submit_each(
+            session, strategy, "step", start, function, arguments, ranks=ranks, in_order=order
+        )
+        return _Round(start, count, futures)
+
+    in_flight: _Round | None = None
+    while True:
+        if in_flight is None:
+            if job.stop.is_set() or step >= job.total_steps:
+                if job.stop.is_set():
+                    progress(f"[{strategy}] stopped at step {step}")
+                return
+            in_flight = send(step, None)
+        current, ahead = in_flight, None
+        pause = pause_at(current.end)
+        if not pause and current.end < job.total_steps and not job.stop.is_set():
+            ahead = send(current.end, current)
+        started = job.clock()
+        try:
+            # A round takes about as long as the last one: a stall is one that takes far longer.
+            deadline = job.config.stall_timeout + 10 * seconds
+            results = wait_all(session, current.futures, "a step", current.first, deadline, ranks)
+        except BaseException:
+            if ahead is not None:
+                cancel_all(session, ahead.futures)
+            raise
+        seconds = max(job.clock() - started, 0.1)
+        _log_round(session, job, log, progress, strategy, current, results)
+        after_chunk(current.first, current.end, results)
+        if pause:
+            at_pause(current.end)
+        step, in_flight = current.end, ahead
+
+
+class _Round:
+    """One task per device, covering steps ``first`` .. ``end - 1``."""
+
+    def __init__(self, first: int, count: int, futures: list) -> None:
+        self.first, self.end, self.count, self.futures = first, first + count, count, futures
+
+
+def _log_round(
+    session: ClusterSession,
+    job: TrainingJob,
+    log: EventLog,
+    progress: Progress,
+    strategy: str,
+    round_: _Round,
+    results: list,
+) -> None:
+    """A finished round's reports as events, and its progress lines."""
+    for result in results:
+        for event in result["events"]:
+            log.phase(*event)
+        for current, staleness in result.get("staleness", ()):
+            log.scalar("staleness", current, staleness, job.clock())
+        # Other per-step figures a device reports, e.g. a replica's loss scale.
+        for name, current, value, device in result.get("scalars", ()):
+            log.scalar(name, current, value, job.clock(), device=device)
+    for device, (utilization, memory) in gpu_metrics(session).items():
+        log.scalar("gpu_utilization", round_.first, utilization, job.clock(), device=device)
+        log.scalar("gpu_memory_used", round_.first, memory, job.clock(), device=device)
+    for index in range(round_.count):
+        current = results[0]["losses"][index][0]
+        # Equal shards of the batch: the mean of the reported losses is the global loss
+        # (pipeline stages other than the last report none).
+        reported = [r["losses"][index][1] for r in results]
+        reported = [value for value in reported if value is not None]
+        loss = sum(reported) / len(reported)
+
+        log.scalar("loss", current, loss, job.clock())
+        log.scalar("lr", current, job.schedule(current), job.clock())
+        line = epoch_progress(job, current, loss, strategy)
+        if line:
+            progress(line)

@@ -1,0 +1,108 @@
+"""The client's step loop keeps the next round on each device before the current one ends,
+except where the devices must stop (a checkpoint), and never lets a round run ahead of a
+failure."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from tests.parallel import step_tasks
+from workbench.events import EventLog
+from workbench.parallel.dispatch import DeviceFailure
+from workbench.parallel.step_loop import STEPS_PER_TASK, drive_steps
+from workbench.runtime.cluster import start_cluster
+
+
+def _job(total_steps: int) -> SimpleNamespace:
+    """What ``drive_steps`` reads of a training job."""
+    return SimpleNamespace(
+        first_step=0,
+        total_steps=total_steps,
+        config=SimpleNamespace(stall_timeout=60.0),
+        clock=time.monotonic,
+        stop=threading.Event(),
+        schedule=lambda step: 0.1,
+        sampler=SimpleNamespace(steps_per_epoch=10_000),
+    )
+
+
+def _drive(session, job, log, **hooks) -> None:
+    drive_steps(
+        session,
+        job,
+        log,
+        lambda line: None,
+        "test",
+        step_tasks.record_round,
+        lambda step, count: [(step, count)] * len(session.addresses),
+        **hooks,
+    )
+
+
+@pytest.fixture
+def session(no_leftover_processes):
+    with start_cluster(2) as session:
+        yield session
+
+
+def test_each_round_finds_the_next_one_waiting_on_its_worker(session):
+    log, total = EventLog(), 4 * STEPS_PER_TASK
+    _drive(session, _job(total), log)
+
+    waiting = {(event.step, event.value) for event in log.scalars("next_round_waiting")}
+    starts = range(0, total, STEPS_PER_TASK)
+    # Both devices' reports, every round but the last (nothing follows it).
+    assert waiting == {(first, 1.0) for first in starts[:-1]} | {(starts[-1], 0.0)}
+    assert [event.step for event in log.scalars("loss")] == list(range(total))
+    ran = session.client.run(step_tasks.rounds_ran)
+    assert all(rounds == list(starts) for rounds in ran.values())  # in order, each once
+
+
+def test_at_a_pause_nothing_runs_ahead_of_the_devices(session):
+    log, total = EventLog(), 4 * STEPS_PER_TASK
+    pause = 2 * STEPS_PER_TASK
+    seen_at_pause: list[dict] = []
+    asked: list[int] = []
+
+    def pause_at(step: int) -> bool:
+        asked.append(step)
+        return step == pause
+
+    def at_pause(step: int) -> None:
+        seen_at_pause.append(session.client.run(step_tasks.rounds_ran))
+
+    _drive(session, _job(total), log, pause_at=pause_at, at_pause=at_pause)
+
+    # The devices had run exactly the rounds before the pause: a snapshot taken there is
+    # the state at that step.
+    expected = list(range(0, pause, STEPS_PER_TASK))
+    assert [list(ran.values()) for ran in seen_at_pause] == [[expected, expected]]
+    assert asked == list(range(STEPS_PER_TASK, total + 1, STEPS_PER_TASK))  # once a round
+    waiting = {event.step: event.value for event in log.scalars("next_round_waiting")}
+    assert waiting[pause - STEPS_PER_TASK] == 0.0 and waiting[0] == 1.0
+
+
+def test_a_failed_round_cancels_the_one_sent_after_it(session):
+    session.client.run(step_tasks.fail_at, STEPS_PER_TASK)
+    with pytest.raises(DeviceFailure, match=f"at step {STEPS_PER_TASK}: RuntimeError"):
+        _drive(session, _job(4 * STEPS_PER_TASK), EventLog())
+    time.sleep(0.5)  # a round that had wrongly started would have recorded itself by now
+    ran = session.client.run(step_tasks.rounds_ran)
+    assert all(rounds == [0] for rounds in ran.values())
+
+
+def test_a_stop_ends_the_run_after_the_rounds_in_flight(session):
+    job, log = _job(10 * STEPS_PER_TASK), EventLog()
+
+    def stop_after_first_round(first: int, step: int, results: list) -> None:
+        job.stop.set()
+
+    _drive(session, job, log, after_chunk=stop_after_first_round)
+    ran = session.client.run(step_tasks.rounds_ran)
+    # The round already on the devices when the stop came finishes; nothing after it.
+    assert all(rounds == [0, STEPS_PER_TASK] for rounds in ran.values())
+    assert log.scalars("loss")[-1].step == 2 * STEPS_PER_TASK - 1
