@@ -55,7 +55,9 @@ def test_the_difference_of_two_profiles_is_read_per_step():
 
 
 def test_a_profiled_run_reports_every_part_of_a_real_cluster_run(tmp_path):
-    flags = ["--strategy", "mirrored", "--devices", "2", "--hidden", "16", "--batch-size", "32"]
+    # Steps long enough to read on CPU clocks that tick every 10 ms.
+    flags = ["--strategy", "mirrored", "--devices", "2", "--hidden", "512,512"]
+    flags += ["--batch-size", "256", "--dataset", "synthetic"]
     steps = STEPS_PER_TASK + 5
     profile = profiled([*flags, "--steps", str(steps), "--no-calibrate"], tmp_path, "run")
     assert profile["summary"]["steps"] == steps
