@@ -36,7 +36,7 @@ WORKER_PARTS = {
 TIMELINE_PARTS = {
     "busy": "devices' steps (first phase's start to last phase's end)",
     "gaps_in_task": "between steps of one task (per-step work outside the phases)",
-    "gaps_between_tasks": "between tasks (result to client, next task to the worker)",
+    "gaps_between_tasks": "between tasks (a task's last step to the next task's first)",
 }
 
 
