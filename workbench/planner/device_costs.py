@@ -132,12 +132,10 @@ class DeviceCosts:
     def add_seconds_per_byte(self) -> float:
         return 1.0 / self.add_bytes_per_second
 
-    def dispatch_per_step(self, step_seconds: float) -> float:
-        """What the client's round of tasks costs the devices per step: the step loop sends
-        each round while the one before it runs, so only the part of the round trip that a
-        round of ``STEPS_PER_TASK`` steps of ``step_seconds`` does not cover."""
-        exposed = self.dispatch_seconds - STEPS_PER_TASK * step_seconds
-        return max(exposed, 0.0) / STEPS_PER_TASK
+    @property
+    def dispatch_per_step(self) -> float:
+        """The client's round of tasks, paid once per dispatched chunk of steps."""
+        return self.dispatch_seconds / STEPS_PER_TASK
 
 
 def _links(calibration: Calibration, wire: str) -> dict[tuple[str, str], Link]:
