@@ -134,7 +134,13 @@ class DeviceCosts:
 
     @property
     def dispatch_per_step(self) -> float:
-        """The client's round of tasks, paid once per dispatched chunk of steps."""
+        """The client's round of tasks, charged once per dispatched chunk of steps.
+
+        The step loop sends each round while the one before it runs, so the devices no
+        longer wait out this round trip; what they still pay is the client's CPU that the
+        round trip stands for, competing with the workers for a host's cores. Charging the
+        whole round keeps predictions nearest the measured step (docs/architecture.md,
+        "What a prediction charges outside the programs")."""
         return self.dispatch_seconds / STEPS_PER_TASK
 
 
