@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import re
 import sys
 import threading
@@ -111,7 +112,7 @@ def _cpu_seconds(session) -> dict[str, Any]:
     processes this one started (a local cluster's nannies)."""
     addresses = list(session.addresses)
     workers = session.client.run(thread_cpu_seconds, workers=addresses)
-    worker_pids = set(session.client.run(_pid, workers=addresses).values())
+    worker_pids = set(session.client.run(os.getpid, workers=addresses).values())
     children = psutil.Process().children(recursive=True)
     return {
         "client_cpu": thread_cpu_seconds(),
@@ -130,10 +131,6 @@ def _difference(later: Any, earlier: Any) -> Any:
     if isinstance(later, list):
         return [_difference(a, b) for a, b in zip(later, earlier)]
     return later - earlier
-
-
-def _pid() -> int:
-    return psutil.Process().pid
 
 
 def profiled_run(out: Path, argv: Sequence[str]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ device's NVML utilization and memory.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from workbench.events import EventLog
 from workbench.parallel.dispatch import InOrder, cancel_all, submit_each, wait_all
@@ -60,14 +61,13 @@ def drive_steps(
         futures = submit_each(
             session, strategy, "step", start, function, arguments, ranks=ranks, in_order=order
         )
-        return _Round(start, count, futures)
+        return _Round(start, start + count, futures)
 
     in_flight: _Round | None = None
-    while True:
+    while in_flight is not None or step < job.total_steps:
         if in_flight is None:
-            if job.stop.is_set() or step >= job.total_steps:
-                if job.stop.is_set():
-                    progress(f"[{strategy}] stopped at step {step}")
+            if job.stop.is_set():
+                progress(f"[{strategy}] stopped at step {step}")
                 return
             in_flight = send(step, None)
         current, ahead = in_flight, None
@@ -91,11 +91,17 @@ def drive_steps(
         step, in_flight = current.end, ahead
 
 
+@dataclass(frozen=True)
 class _Round:
     """One task per device, covering steps ``first`` .. ``end - 1``."""
 
-    def __init__(self, first: int, count: int, futures: list) -> None:
-        self.first, self.end, self.count, self.futures = first, first + count, count, futures
+    first: int
+    end: int
+    futures: list
+
+    @property
+    def count(self) -> int:
+        return self.end - self.first
 
 
 def _log_round(
