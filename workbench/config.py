@@ -132,6 +132,7 @@ class RunConfig:
     seed: int = 0
     dtype: str = "float32"
     device_type: str = "auto"
+    share_gpu: bool = False
     # An address; from Python also a distributed.Client or a Dask cluster object (stored and
     # shown as its scheduler's address).
     cluster: Any = None
@@ -323,6 +324,12 @@ RUN_OPTIONS: tuple[Option, ...] = (
     _run_option("seed", int, "seed for initialisation, data order, dropout", minimum=0),
     _run_option("dtype", str, "floating-point type", choices=DTYPE_NAMES),
     _run_option("device_type", str, "device type", choices=DEVICE_TYPE_NAMES),
+    _run_option(
+        "share_gpu",
+        bool,
+        "let several devices compute on one GPU (a one-GPU machine runs every strategy but "
+        "--allreduce nccl; collectives staged through host memory)",
+    ),
     _run_option("cluster", str, "address of an existing Dask scheduler to run on"),
     _run_option(
         "scheduler_file",
@@ -454,6 +461,10 @@ def check_run_options(config: RunConfig) -> None:
             f"{where} already uses its own (its address says which)",
         )
     check_tls_files(config, joins)
+    if config.share_gpu and config.device_type == "cpu":
+        raise ConfigError(
+            "--share-gpu", "puts several devices on one GPU; with --device-type cpu there is none"
+        )
     if config.wait_for_workers is not None and not joins:
         raise ConfigError(
             "--wait-for-workers",

@@ -6,14 +6,30 @@ the host only through :func:`asnumpy` / ``.get()``; NumPy scalars and Python num
 as with CuPy. Underneath, every operation is NumPy's, so a run on the double computes exactly
 what the same run computes on CPUs: any host/device mix-up fails loudly instead.
 
-``DTRAIN_FAKE_GPU_MEMORY`` (bytes) makes any single allocation larger than it raise
-:class:`OutOfMemoryError` with CuPy's message, to test out-of-memory handling.
+Where the workbench meets CuPy, the double is as strict as CuPy 14.2 and distributed 2026.7.1
+(their sources are cited at each behaviour):
+
+- ``DTRAIN_FAKE_GPU_MEMORY`` (bytes) makes any single allocation larger than it fail as
+  ``DTRAIN_FAKE_GPU_MEMORY_ERROR`` says: ``pool`` (default; the memory pool's
+  :class:`OutOfMemoryError`), ``cuda-runtime`` (:class:`CUDARuntimeError` 2, the allocator
+  without the pool) or ``cublas`` (:class:`CUBLASError` 3, inside a matrix product).
+- Work queued on the stream (the double's NCCL reductions) finishes in the background; any
+  later device operation waits for it first, as kernels on one stream run in order.
+- The GPUs: ``DTRAIN_FAKE_GPUS`` physical ones (default 2), narrowed by
+  ``DTRAIN_FAKE_VISIBLE_DEVICES`` (``CUDA_VISIBLE_DEVICES``' syntax); this process computes on
+  the first visible one, whose UUID :func:`device_identity` gives.
+- Arrays pickle as a host copy rebuilt on the device (``cupy/_core/core.pyx`` ``__reduce__``),
+  and distributed serializes them only as it serializes CuPy's: through serializers that
+  import numba or rmm when first used, and fail with "Could not serialize object of type
+  ndarray" without them (``distributed/protocol/__init__.py`` registers them lazily,
+  ``distributed/protocol/cupy.py`` imports ``numba.cuda`` or ``rmm``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import types
 
 import numpy as np
@@ -30,12 +46,102 @@ newaxis = None
 
 
 class OutOfMemoryError(MemoryError):
-    """CuPy's ``cupy.cuda.memory.OutOfMemoryError``, with its message."""
+    """CuPy's ``cupy.cuda.memory.OutOfMemoryError`` (``cupy/cuda/memory.pyx``): the memory
+    pool's, with its message."""
 
-    def __init__(self, size: int, total: int = 0) -> None:
+    def __init__(self, size: int, total: int = 0, limit: int = 0) -> None:
+        self._size, self._total, self._limit = size, total, limit
         super().__init__(
             f"Out of memory allocating {size:,} bytes (allocated so far: {total:,} bytes)."
         )
+
+    def __reduce__(self):
+        return type(self), (self._size, self._total, self._limit)
+
+
+class CUDARuntimeError(RuntimeError):
+    """``cupy_backends.cuda.api.runtime.CUDARuntimeError``: ``status`` and
+    ``"<cudaError name>: <text>"``."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        texts = {2: "cudaErrorMemoryAllocation: out of memory"}
+        super().__init__(texts.get(status, f"cudaError {status}"))
+
+    def __reduce__(self):
+        return type(self), (self.status,)
+
+
+class CUBLASError(RuntimeError):
+    """``cupy_backends.cuda.libs.cublas.CUBLASError``: ``status``; the message is the status's
+    name alone."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        names = {3: "CUBLAS_STATUS_ALLOC_FAILED", 13: "CUBLAS_STATUS_EXECUTION_FAILED"}
+        super().__init__(names[status])
+
+    def __reduce__(self):
+        return type(self), (self.status,)
+
+
+class _StreamQueue:
+    """Work queued on this process's stream that has not finished yet (NCCL reductions)."""
+
+    def __init__(self) -> None:
+        self._pending: list[threading.Event] = []
+        self._lock = threading.Lock()
+
+    def put(self, finished: threading.Event) -> None:
+        with self._lock:
+            self._pending.append(finished)
+
+    def _snapshot(self) -> list[threading.Event]:
+        with self._lock:
+            self._pending = [event for event in self._pending if not event.is_set()]
+            return list(self._pending)
+
+    def drain(self) -> None:
+        """Wait, with no deadline (as the device would), for everything queued so far."""
+        if self._pending:
+            for event in self._snapshot():
+                event.wait()
+
+    def marker(self):
+        """A function saying whether what is queued now has finished (a recorded event)."""
+        queued = self._snapshot()
+        return lambda: all(event.is_set() for event in queued)
+
+
+queue = _StreamQueue()
+
+
+def physical_gpus() -> int:
+    return int(os.environ.get("DTRAIN_FAKE_GPUS", "2"))
+
+
+def visible_gpus() -> list[int]:
+    """The physical GPUs this process sees, in order (``DTRAIN_FAKE_VISIBLE_DEVICES``, read as
+    the CUDA runtime reads ``CUDA_VISIBLE_DEVICES``: it stops at the first entry that is not
+    a GPU of this machine, or that repeats one)."""
+    variable = os.environ.get("DTRAIN_FAKE_VISIBLE_DEVICES")
+    if variable is None:
+        return list(range(physical_gpus()))
+    seen: list[int] = []
+    for entry in variable.split(","):
+        entry = entry.strip()
+        if not entry.isdigit() or int(entry) >= physical_gpus() or int(entry) in seen:
+            break
+        seen.append(int(entry))
+    return seen
+
+
+def device_identity() -> str:
+    """The UUID of the GPU this process computes on (the first visible one)."""
+    visible = visible_gpus()
+    if not visible:
+        raise CUDARuntimeError(100)
+    return f"GPU-00000000-0000-0000-0000-{visible[0]:012d}"
 
 
 class Device:
@@ -51,10 +157,18 @@ class _Memory:
         self.ptr = host.ctypes.data
 
 
-def _check_allocation(nbytes: int) -> None:
+def _check_allocation(nbytes: int, inside: str = "allocation") -> None:
     limit = os.environ.get("DTRAIN_FAKE_GPU_MEMORY")
-    if limit is not None and nbytes > int(limit):
-        raise OutOfMemoryError(nbytes)
+    if limit is None or nbytes <= int(limit):
+        return
+    kind = os.environ.get("DTRAIN_FAKE_GPU_MEMORY_ERROR", "pool")
+    if kind == "cuda-runtime":
+        raise CUDARuntimeError(2)
+    if kind == "cublas":
+        if inside == "matmul":
+            raise CUBLASError(3)
+        return  # only cuBLAS's own workspace runs out
+    raise OutOfMemoryError(nbytes)
 
 
 def _refuse_host(value, where: str):
@@ -67,6 +181,7 @@ def _refuse_host(value, where: str):
 def _unwrap(value, where: str):
     """The NumPy value behind an operand: device arrays, scalars and nested sequences."""
     if isinstance(value, ndarray):
+        queue.drain()
         return value._host
     if isinstance(value, np.ndarray):
         _refuse_host(value, where)
@@ -123,6 +238,15 @@ class ndarray:
     data = property(lambda self: _Memory(self._host))
     T = property(lambda self: ndarray(self._host.T))
 
+    def _ready(self) -> np.ndarray:
+        """The values once the work queued before this read has finished."""
+        queue.drain()
+        return self._host
+
+    def __reduce__(self):
+        # CuPy pickles a host copy and rebuilds it on the loading process's device.
+        return array, (self.get(),)
+
     def __array_namespace__(self, api_version=None):
         return sys.modules[__name__]
 
@@ -130,68 +254,78 @@ class ndarray:
         return len(self._host)
 
     def __repr__(self) -> str:
-        return f"device_array({self._host!r}, device={self.device.id})"
+        return f"device_array({self._ready()!r}, device={self.device.id})"
 
     def get(self) -> np.ndarray:
-        return self._host.copy()
+        return self._ready().copy()
 
     def item(self):
-        return self._host.item()
+        return self._ready().item()
 
     def __float__(self) -> float:  # CuPy syncs and converts a size-1 array
-        return float(self._host)
+        return float(self._ready())
 
     def __int__(self) -> int:
-        return int(self._host)
+        return int(self._ready())
 
     def __bool__(self) -> bool:
-        return bool(self._host)
+        return bool(self._ready())
 
     # --- indexing ---------------------------------------------------------------------------------
     def __getitem__(self, index):
-        return _wrap(self._host[_unwrap(index, "indexing")])
+        return _wrap(self._ready()[_unwrap(index, "indexing")])
 
     def __setitem__(self, index, value) -> None:
-        self._host[_unwrap(index, "indexing")] = _unwrap(value, "assignment")
+        self._ready()[_unwrap(index, "indexing")] = _unwrap(value, "assignment")
 
     # --- methods ------------------------------------------------------------------------------
     def copy(self, order="C"):
-        return ndarray(self._host.copy(order=order))
+        return ndarray(self._ready().copy(order=order))
 
     def astype(self, dtype, copy=True, **kwargs):
-        return ndarray(self._host.astype(dtype, copy=copy, **kwargs))
+        return ndarray(self._ready().astype(dtype, copy=copy, **kwargs))
 
     def reshape(self, *shape, **kwargs):
-        return ndarray(self._host.reshape(*shape, **kwargs))
+        return ndarray(self._ready().reshape(*shape, **kwargs))
 
     def ravel(self):
-        return ndarray(self._host.ravel())
+        return ndarray(self._ready().ravel())
 
     def transpose(self, *axes):
-        return ndarray(self._host.transpose(*axes))
+        return ndarray(self._ready().transpose(*axes))
 
     def sum(self, *args, **kwargs):
-        return _wrap(self._host.sum(*args, **kwargs))
+        return _wrap(self._ready().sum(*args, **kwargs))
 
     def mean(self, *args, **kwargs):
-        return _wrap(self._host.mean(*args, **kwargs))
+        return _wrap(self._ready().mean(*args, **kwargs))
 
     def max(self, *args, **kwargs):
-        return _wrap(self._host.max(*args, **kwargs))
+        return _wrap(self._ready().max(*args, **kwargs))
 
     def argmax(self, *args, **kwargs):
-        return _wrap(self._host.argmax(*args, **kwargs))
+        return _wrap(self._ready().argmax(*args, **kwargs))
+
+
+_PRODUCTS = {"__matmul__", "__rmatmul__", "matmul", "dot", "tensordot"}
+
+
+def _product_checked(name: str, result):
+    """cuBLAS's own allocations fail inside a product (``DTRAIN_FAKE_GPU_MEMORY_ERROR``)."""
+    if name in _PRODUCTS and isinstance(result, np.ndarray):
+        _check_allocation(result.nbytes, "matmul")
+    return result
 
 
 def _binary(name: str):
     def forward(self, other):
-        return _wrap(getattr(self._host, name)(_unwrap(other, name)))
+        return _wrap(_product_checked(name, getattr(self._ready(), name)(_unwrap(other, name))))
 
     return forward
 
 
 def _unary(name: str):
-    return lambda self: ndarray(getattr(self._host, name)())
+    return lambda self: ndarray(getattr(self._ready(), name)())
 
 
 for _name in [
@@ -224,7 +358,7 @@ for _name in [
 
 def _in_place(name: str):
     def update(self, other):
-        getattr(self._host, name)(_unwrap(other, name))
+        getattr(self._ready(), name)(_unwrap(other, name))
         return self
 
     return update
@@ -247,7 +381,7 @@ def _function(numpy_function, name: str):
                 _refuse_host(out, f"{name}(out=)")
             kwargs["out"] = out._host
         result = numpy_function(*_unwrap(args, name), **_unwrap_kwargs(kwargs, name))
-        return out if out is not None else _wrap(result)
+        return out if out is not None else _wrap(_product_checked(name, result))
 
     device_function.__name__ = name
     return device_function
@@ -363,3 +497,49 @@ def _as_strided(x, shape=None, strides=None, **kwargs):
 
 
 lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(as_strided=_as_strided))
+
+
+# --- how distributed serializes these arrays ------------------------------------------------
+# CuPy's arrays belong to the top-level module ``cupy``, for which distributed registers its
+# serializers lazily; the double's belong to ``cupy_double`` so that the same happens to them.
+ndarray.__module__ = "cupy_double._core.core"
+
+
+def _register_distributed_serializers() -> None:
+    """What importing ``distributed/protocol/cupy.py`` does: it first imports the module that
+    rebuilds device buffers on the receiving side (``rmm`` with ``numba``, else
+    ``numba.cuda``), so without numba the import, and every serialization that needs it,
+    fails; ``Dispatch`` (``dask/utils.py``) re-raises, and ``serialize`` stops there."""
+    try:
+        import numba.cuda
+        import rmm  # noqa: F401
+    except ImportError:
+        import numba.cuda  # noqa: F401
+    from distributed.protocol.cuda import cuda_deserialize, cuda_serialize
+    from distributed.protocol.serialize import dask_deserialize, dask_serialize
+
+    def dumps(x):
+        host = np.ascontiguousarray(x.get())
+        return {"shape": host.shape, "dtype": host.dtype.str}, [memoryview(host).cast("B")]
+
+    def loads(header, frames):
+        host = np.frombuffer(frames[0], dtype=np.dtype(header["dtype"]))
+        return asarray(host.reshape(header["shape"]))
+
+    for serializer in (cuda_serialize, dask_serialize):
+        serializer.register(ndarray)(dumps)
+    for deserializer in (cuda_deserialize, dask_deserialize):
+        deserializer.register(ndarray)(loads)
+
+
+def _register_lazily() -> None:
+    try:
+        from distributed.protocol.cuda import cuda_deserialize, cuda_serialize
+        from distributed.protocol.serialize import dask_deserialize, dask_serialize
+    except ImportError:
+        return
+    for dispatch in (cuda_serialize, cuda_deserialize, dask_serialize, dask_deserialize):
+        dispatch.register_lazy("cupy_double", _register_distributed_serializers)
+
+
+_register_lazily()

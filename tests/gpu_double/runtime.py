@@ -1,6 +1,9 @@
 """The GPU runtime the test suite runs GPU code paths with on CPUs: the strict CuPy double,
-its NCCL, ``DTRAIN_FAKE_GPUS`` GPUs per machine (default 2) and plain local clusters, whose
-worker processes load this same runtime (they inherit ``DTRAIN_GPU_RUNTIME``).
+its NCCL, ``DTRAIN_FAKE_GPUS`` GPUs per machine (default 2) and local clusters whose worker
+processes load this same runtime (they inherit ``DTRAIN_GPU_RUNTIME``). Like dask-cuda's
+``LocalCUDACluster``, which gives worker i a ``CUDA_VISIBLE_DEVICES`` list that starts with
+its own GPU, the double's local cluster gives each worker a ``DTRAIN_FAKE_VISIBLE_DEVICES``
+that starts with its own (``workers per GPU`` workers share one).
 
 Loading it also guards every kernel of the interpreter: on this runtime's devices, a kernel
 that receives a NumPy array (the host leaking into a device program) raises TypeError naming
@@ -10,7 +13,6 @@ the op, even where NumPy alone could have computed it.
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from tests.gpu_double import fake_cupy, fake_nccl
 from workbench.ir.rules import IMPL_RULES
 from workbench.runtime.cluster import local_cpu_cluster
 from workbench.runtime.gpu_runtime import GpuRuntime
+from workbench.runtime.visible_devices import rotated_visible_devices
 
 SELECTOR = "tests.gpu_double.runtime:RUNTIME"
 
@@ -49,13 +52,32 @@ def guard_kernels() -> None:
 
 guard_kernels()
 
+
+def local_cluster(devices, protocol, scheduler_options, security=None, workers_per_gpu=1):
+    gpus = [gpu for gpu in range(-(-devices // workers_per_gpu)) for _ in range(workers_per_gpu)]
+    lists = rotated_visible_devices([str(gpu) for gpu in gpus[:devices]])
+    environments = [{"DTRAIN_FAKE_VISIBLE_DEVICES": visible} for visible in lists]
+    return local_cpu_cluster(devices, protocol, scheduler_options, security, environments)
+
+
+def versions() -> dict:
+    return {"driver": "double", "cuda runtime": "double", "nccl": "2.27.7"}
+
+
 RUNTIME = GpuRuntime(
     name="cupy-cpu-double",
     array_module=fake_cupy,
-    device_count=lambda: int(os.environ.get("DTRAIN_FAKE_GPUS", "2")),
-    out_of_memory=fake_cupy.OutOfMemoryError,
+    device_count=lambda: len(fake_cupy.visible_gpus()),
+    device_identity=fake_cupy.device_identity,
+    out_of_memory_errors=(
+        (fake_cupy.OutOfMemoryError, None),
+        (fake_cupy.CUDARuntimeError, frozenset({2})),
+        (fake_cupy.CUBLASError, frozenset({3})),
+    ),
     nccl=fake_nccl,
     stream_pointer=lambda: 0,
-    synchronize=lambda: None,
-    local_cluster=local_cpu_cluster,
+    synchronize=fake_cupy.queue.drain,
+    mark_queued_work=fake_cupy.queue.marker,
+    local_cluster=local_cluster,
+    versions=versions,
 )

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from workbench.runtime.cluster import WORKER_ENVIRONMENT
+from workbench.runtime.worker_environment import WORKER_ENVIRONMENT
 
 BIN = Path(sys.executable).parent
 RUN = dict(strategy="mirrored", devices=2, dataset="synthetic:16:4:256", hidden=(8,), steps=6)

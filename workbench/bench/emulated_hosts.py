@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.runtime.cluster import WORKER_ENVIRONMENT
+from workbench.runtime.worker_environment import WORKER_ENVIRONMENT
 
 SUBNET = "10.213.0"  # host k is SUBNET.(k + 1); this process is SUBNET.254
 CLIENT_ADDRESS = f"{SUBNET}.254"

@@ -46,7 +46,7 @@ def measure_on_worker(
         run_id, rank, addresses, device_names, settings["stall_timeout"], device
     )
     xp, elements = device.xp, int(settings["megabytes"] * 2**20) // 4
-    nccl = NcclAllReduce(transport, device.runtime)
+    nccl = NcclAllReduce(transport, device.runtime, settings["stall_timeout"])
     try:
         source = xp.full(elements, float(rank + 1), dtype=np.float32)
         work, copy = xp.empty_like(source), xp.empty_like(source)

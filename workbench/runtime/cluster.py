@@ -12,7 +12,7 @@ import contextlib
 import importlib.util
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from workbench.config import RunConfig
@@ -23,11 +23,17 @@ from workbench.runtime.cluster_target import (
     Progress,
     wait_for_workers,
 )
-from workbench.runtime.device_probe import decide_device_type, describe_device
+from workbench.runtime.device_probe import (
+    check_device_serializers,
+    decide_device_type,
+    describe_device,
+    nccl_obstacle,
+)
 from workbench.runtime.devices import DeviceError, device_name
 from workbench.runtime.gpu_runtime import gpu_runtime, missing_gpu_reason
 from workbench.runtime.preflight import preflight
 from workbench.runtime.shared_memory import unlink_run_segments
+from workbench.runtime.worker_environment import worker_environment
 from workbench.runtime.worker_service import DeviceService
 
 
@@ -41,8 +47,15 @@ class ClusterSession:
     device_type: str
     dashboard_link: str | None
     owned: list = field(default_factory=list)  # clusters this session started and must close
+    # Why NCCL cannot reduce between these devices (None: it can, or they are CPUs); an
+    # ``--allreduce auto`` run then takes the ring (docs/architecture.md, "GPUs").
+    nccl_obstacle: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     earlier_run_ids: list[str] = field(default_factory=list)  # before recoveries
+
+    @property
+    def nccl_usable(self) -> bool:
+        return self.device_type == "gpu" and self.nccl_obstacle is None
 
     def rebind(self, addresses: list[str], device_names: list[str]) -> None:
         """Go on with these workers under a fresh run id (after a device failed): the old
@@ -63,42 +76,35 @@ class ClusterSession:
             raise ClusterError(f"closing the cluster failed: {errors[0]}")
 
 
-# The worker environment, set before each worker process is spawned (glibc reads its malloc
-# variables at process start, BLAS its thread counts at import). One BLAS/OpenMP thread per
-# worker: a worker is one device running one kernel stream. glibc's malloc thresholds fixed
-# (mmap 32 MiB, trim 256 MiB; as ``dtrain bench`` fixes them, see workbench/bench/timing.py):
-# distributed's default ``MALLOC_TRIM_THRESHOLD_=65536`` hands freed step temporaries back to
-# the OS, so steps page-fault their buffers in again. Measured on the 2-core development
-# machine (reference MLP 784-512-512-10, mirrored on 2 devices, batch 256, 200 steps, 4 runs
-# each, alternating; medians): minor page faults per step and device 3,878 -> 0, samples/s
-# 9,400 -> 17,900; per step compute 12.3 -> 7.0 ms, all-reduce 12.2 -> 6.3 ms, update 1.9 ->
-# 0.4 ms.
-WORKER_ENVIRONMENT = {
-    "OMP_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
-    "MALLOC_TRIM_THRESHOLD_": str(256 << 20),
-}
-
-
-def local_device_type(requested: str, devices: int) -> str:
+def local_device_type(requested: str, devices: int, share_gpu: bool = False) -> str:
     """The device type of a local cluster of ``devices`` workers on this machine, decided
-    before it starts: ``gpu`` needs a GPU per device, ``auto`` takes GPUs only if there are
-    enough for every device."""
+    before it starts: ``gpu`` needs a GPU per device (any GPU at all with ``share_gpu``),
+    ``auto`` takes GPUs only if there are enough for every device."""
     if requested == "cpu":
         return "cpu"
     runtime = gpu_runtime()
     available = runtime.device_count() if runtime is not None else 0
     if requested == "auto":
-        return "gpu" if runtime is not None and devices <= available else "cpu"
+        enough = available > 0 and (share_gpu or devices <= available)
+        return "gpu" if runtime is not None and enough else "cpu"
     if runtime is None:
         raise DeviceError(f"--device-type: gpu was requested but {missing_gpu_reason()}")
-    if devices > available:
+    if devices > available and not share_gpu:
         raise DeviceError(
-            f"--devices: {devices} GPU devices requested but this machine has {available} GPUs"
+            f"--devices: {devices} GPU devices requested but this machine has {available} "
+            "GPUs (add --share-gpu to put several devices on one GPU)"
         )
     return "gpu"
+
+
+def workers_per_gpu(devices: int, share_gpu: bool) -> int:
+    """How many of a local cluster's ``devices`` workers compute on each GPU of this machine
+    (1 unless ``share_gpu`` and there are fewer GPUs than devices)."""
+    runtime = gpu_runtime()
+    available = runtime.device_count() if runtime is not None else 0
+    if not share_gpu or available == 0:
+        return 1
+    return -(-devices // available)
 
 
 def _check_protocol(protocol: str) -> None:
@@ -111,14 +117,22 @@ def _check_protocol(protocol: str) -> None:
         )
 
 
-def _local_cluster(devices: int, device_type: str, scheduler_options: dict, protocol: str = "tcp"):
+def _local_cluster(
+    devices: int,
+    device_type: str,
+    scheduler_options: dict,
+    protocol: str = "tcp",
+    share_gpu: bool = False,
+):
     if protocol != "tcp":
         _check_protocol(protocol)
+    security = local_security(protocol)
     if device_type == "gpu":
         runtime = gpu_runtime()
         assert runtime is not None  # local_device_type decided gpu
-        return runtime.local_cluster(devices, protocol, scheduler_options, local_security(protocol))
-    return local_cpu_cluster(devices, protocol, scheduler_options, local_security(protocol))
+        sharing = workers_per_gpu(devices, share_gpu)
+        return runtime.local_cluster(devices, protocol, scheduler_options, security, sharing)
+    return local_cpu_cluster(devices, protocol, scheduler_options, security)
 
 
 def local_security(protocol: str):
@@ -134,41 +148,44 @@ def local_security(protocol: str):
     return Security.temporary()
 
 
-def local_cpu_cluster(devices: int, protocol: str, scheduler_options: dict, security=None):
+def local_cpu_cluster(
+    devices: int,
+    protocol: str,
+    scheduler_options: dict,
+    security=None,
+    environments: Sequence[dict[str, str]] = (),
+):
     """A local cluster of ``devices`` single-threaded worker processes on 127.0.0.1, over TLS
-    with ``security`` (see :func:`local_security`)."""
-    import dask
+    with ``security`` (see :func:`local_security`); worker i gets ``environments[i]`` on top
+    of :data:`WORKER_ENVIRONMENT` where given."""
     from distributed import LocalCluster
 
-    # Distributed lets a variable already in this process's environment override its config,
-    # and its nannies copy their pre-spawn variables into this process's environment (so the
-    # first cluster's values would stick), hence the values are put there too while the
-    # workers spawn, and the previous ones restored afterwards.
-    pre_spawn = {
-        **dask.config.get("distributed.nanny.pre-spawn-environ", default={}),
-        **WORKER_ENVIRONMENT,
-    }
-    previous = {name: os.environ.get(name) for name in WORKER_ENVIRONMENT}
-    os.environ.update(WORKER_ENVIRONMENT)
-    try:
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": pre_spawn}):
-            return LocalCluster(
-                n_workers=devices,
-                threads_per_worker=1,
-                processes=True,
-                host="127.0.0.1",
-                dashboard_address="127.0.0.1:0",
-                memory_limit=0,
-                protocol="tls" if security is not None else protocol,
-                security=security,
-                scheduler_kwargs=scheduler_options,  # e.g. the dashboard pages' preload
-            )
-    finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with worker_environment():
+        cluster = LocalCluster(
+            n_workers=0 if environments else devices,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            memory_limit=0,
+            protocol="tls" if security is not None else protocol,
+            security=security,
+            scheduler_kwargs=scheduler_options,  # e.g. the dashboard pages' preload
+        )
+        if environments:
+            _start_workers_with(cluster, list(environments)[:devices])
+    return cluster
+
+
+def _start_workers_with(cluster, environments: list[dict[str, str]]) -> None:
+    """Start one worker per entry, each with its own variables (a nanny's ``env``), as
+    dask-cuda gives each worker its own ``CUDA_VISIBLE_DEVICES``."""
+    template = cluster.new_spec
+    for index, environment in enumerate(environments):
+        options = {**template["options"], "env": dict(environment)}
+        cluster.worker_spec[index] = {"cls": template["cls"], "options": options}
+    cluster.sync(cluster._correct_state)
+    cluster.wait_for_workers(len(environments))
 
 
 def _rank_key(name) -> tuple:
@@ -198,6 +215,7 @@ def start_run_cluster(
         wait_seconds=config.wait_for_workers,
         progress=progress,
         dataset=None if ships_dataset(config) else config.dataset,
+        share_gpu=config.share_gpu,
     ) as session:
         yield session
 
@@ -227,6 +245,7 @@ def start_cluster(
     wait_seconds: float | None = None,
     progress: Progress = lambda line: None,
     dataset: str | None = None,
+    share_gpu: bool = False,
 ) -> Iterator[ClusterSession]:
     """Yield a :class:`ClusterSession` with ``devices`` workers; close what was started.
 
@@ -239,7 +258,8 @@ def start_cluster(
     worker of the run reports its device (:mod:`workbench.runtime.device_probe`). A joined
     cluster waits up to ``wait_seconds`` for its workers, and is checked before any task
     (:mod:`workbench.runtime.preflight`: versions, and that every worker reads ``dataset``;
-    None: the client sends the data set).
+    None: the client sends the data set). Two devices on one GPU are refused unless
+    ``share_gpu``.
     """
     jobs = jobs or (("worker", devices),)
     target = address if isinstance(address, ClusterTarget) else ClusterTarget(address=address)
@@ -250,8 +270,11 @@ def start_cluster(
     owns_client = True
     try:
         if target.starts_its_own:
-            device_type = local_device_type(device_type, devices)  # before anything starts
-            cluster = _local_cluster(devices, device_type, scheduler_options or {}, protocol)
+            # Decided before anything starts.
+            device_type = local_device_type(device_type, devices, share_gpu)
+            cluster = _local_cluster(
+                devices, device_type, scheduler_options or {}, protocol, share_gpu
+            )
             owned.append(cluster)
             client = Client(cluster, set_as_default=False)
         else:
@@ -268,12 +291,10 @@ def start_cluster(
         labels = [
             f"worker {workers[address].get('name', address)} ({address})" for address in ordered
         ]
-        device_type = decide_device_type(
-            device_type,
-            {address: reports[address] for address in ordered},
-            devices,
-            labels,
-        )
+        in_order = {address: reports[address] for address in ordered}
+        device_type = decide_device_type(device_type, in_order, devices, labels, share_gpu)
+        if device_type == "gpu":
+            check_device_serializers(in_order, dict(zip(ordered, labels)))
         if not target.starts_its_own:
             preflight(client, ordered, labels, device_type, dataset)
         client.register_plugin(DeviceService())
@@ -288,6 +309,11 @@ def start_cluster(
             device_type=device_type,
             dashboard_link=getattr(client, "dashboard_link", None),
             owned=owned,
+            nccl_obstacle=(
+                nccl_obstacle(in_order, dict(zip(ordered, labels)))
+                if device_type == "gpu"
+                else None
+            ),
         )
         yield session
     finally:

@@ -58,12 +58,22 @@ class DeviceArrays:
     def to_host(self, array: Any) -> np.ndarray:
         return to_host(array)
 
+    def for_the_wire(self, array: Any, wire: str) -> Any:
+        """``array`` as it may go to Dask's comms over ``wire`` (``tcp``, ``tls``, ``ucx``): a
+        host array as it is; a device array staged through host memory, since distributed
+        serializes device arrays only with numba or rmm installed (its CuPy serializers
+        import one of them, and without both the send fails); over UCX as it is, device to
+        device, on workers checked for those serializers before the run started."""
+        if isinstance(array, np.ndarray) or wire in ("ucx", "ucxx"):
+            return array
+        return self.to_host(array)
+
     def scalar(self, value: Any) -> Any:
         """A 0-d device array (a learning rate fed to a step)."""
         return self.xp.asarray(value)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
-        return self.runtime is not None and isinstance(error, self.runtime.out_of_memory)
+        return self.runtime is not None and self.runtime.is_out_of_memory(error)
 
     def synchronize(self) -> None:
         """Wait for this device's queued kernels (so a phase's end time is its real end)."""

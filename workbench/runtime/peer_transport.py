@@ -9,8 +9,10 @@ peer. Set ``DTRAIN_SHARED_MEMORY=0`` in the workers' environment to measure with
 
 On GPU devices the tensors are device arrays. Between workers on one host they are staged
 through host memory into the same channel (one device-to-host copy, one host-to-device copy on
-the receiver); otherwise the device array itself goes to Dask's comms, whose serializers move
-it device to device with UCX (``--protocol ucx``) or through the host over TCP. Every send
+the receiver); otherwise over TCP the device array is staged through host memory before it
+goes to Dask's comms (whose CuPy serializers would need numba or rmm), and over UCX
+(``--protocol ucx``) it goes as it is, moved device to device by distributed's CUDA
+serializers (checked on every worker before the run starts). Every send
 records its route, ``host-staged:shared-memory``, ``host-staged:tcp``, ``device:ucx`` (or, on
 CPUs, ``shared-memory``, ``tcp``), and the events carry it.
 ``recv`` waits on the local mailbox and fails with an error naming the peer device and the
@@ -113,7 +115,7 @@ class PeerTransport:
                     self._worker.loop,
                     getattr(self._worker.rpc(self.addresses[peer]), SEND_HANDLER),
                     key=full_key,
-                    payload=to_serialize(array),
+                    payload=to_serialize(self.device.for_the_wire(array, self._wire)),
                 )
         except Exception as error:
             raise StallError(
@@ -166,7 +168,8 @@ class PeerTransport:
         full_key = self._key(self.rank, peer, key)
         self._record(peer, array, self._wire)
         rpc = self._worker.rpc(self.addresses[peer])
-        coroutine = getattr(rpc, SEND_HANDLER)(key=full_key, payload=to_serialize(array))
+        payload = to_serialize(self.device.for_the_wire(array, self._wire))
+        coroutine = getattr(rpc, SEND_HANDLER)(key=full_key, payload=payload)
         future = asyncio.run_coroutine_threadsafe(coroutine, self._worker.loop.asyncio_loop)
         self._in_flight.append((future, peer, key))
         self.bytes_sent += int(array.nbytes)
@@ -189,7 +192,7 @@ class PeerTransport:
         message = self._take(peer, key)
         if isinstance(message, SharedMessage):
             return message.take(self.device.to_device)
-        return message
+        return self.device.adopt(message)  # a staged one arrives as a host array
 
     def recv_into(self, peer: int, key: str, out: Any, add_to: Any = None) -> None:
         """Receive a tensor shaped like ``out`` and store ``add_to + tensor`` (or the tensor)
@@ -198,7 +201,7 @@ class PeerTransport:
         if isinstance(message, SharedMessage) and self.device.on_gpu:
             message = message.take(self.device.to_device)  # staged: host -> device once
         if not isinstance(message, SharedMessage):
-            apply_received(out, message, add_to)
+            apply_received(out, self.device.adopt(message), add_to)
         elif add_to is None:
             message.copy_into(out)
         else:

@@ -37,8 +37,9 @@ class DataParallel(ClusterStrategy):
 
     central_storage = False  # variables kept and updated on rank 0 only
 
-    def algorithm(self, config: RunConfig, device_type: str) -> str:
-        """The all-reduce algorithm (``--allreduce`` values) on ``device_type`` devices."""
+    def algorithm(self, config: RunConfig, device_type: str, nccl_usable: bool = True) -> str:
+        """The all-reduce algorithm (``--allreduce`` values) on ``device_type`` devices
+        (``nccl_usable``: whether NCCL can reduce between them)."""
         return "ring"
 
     def group_count(self, config: RunConfig) -> int:
@@ -53,7 +54,7 @@ class DataParallel(ClusterStrategy):
         groups (then cached), for the planner's prediction."""
         session = super()._calibrated(job, session, progress)
         config = job.config
-        if not self.times_its_collectives(config, session.device_type):
+        if not self.times_its_collectives(config, session.device_type, session.nccl_usable):
             return session
         groups = self.groups(config, session.addresses)
         names = session.device_names
@@ -61,7 +62,7 @@ class DataParallel(ClusterStrategy):
         kinds = (
             CENTRAL_KINDS
             if self.central_storage
-            else (self.algorithm(config, session.device_type),)
+            else (self.algorithm(config, session.device_type, session.nccl_usable),)
         )
         gradient_bytes = (
             sum(math.prod(shape) for shape in job.model.parameter_shapes().values())
@@ -107,11 +108,13 @@ class DataParallel(ClusterStrategy):
             return LATENCY_SIZES
         return TRANSFER_SIZES  # in-graph towers' Send/Recv, NCCL: the links as they are
 
-    def times_its_collectives(self, config: RunConfig, device_type: str) -> bool:
+    def times_its_collectives(
+        self, config: RunConfig, device_type: str, nccl_usable: bool = True
+    ) -> bool:
         """Whether calibration times this run's collectives, on ``device_type`` devices, as
         its replicas run them (not NCCL's, not in-graph towers')."""
         between_graph = config.options.get("replication", "between-graph") == "between-graph"
-        return between_graph and self.algorithm(config, device_type) != "nccl"
+        return between_graph and self.algorithm(config, device_type, nccl_usable) != "nccl"
 
     def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
         return (config.batch_size // config.devices,)
@@ -142,12 +145,18 @@ class DataParallel(ClusterStrategy):
         self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress
     ) -> DevicePlan:
         replicas = len(session.addresses)
-        algorithm = self.algorithm(config, session.device_type)
+        algorithm = self.algorithm(config, session.device_type, session.nccl_usable)
         if algorithm == "nccl" and session.device_type != "gpu":
             raise ConfigError(
                 "--allreduce",
                 "nccl reduces GPU buffers, but this run's devices are CPUs "
                 "(ring, hierarchical-copy, reduce-to-one work on both)",
+            )
+        if algorithm == "nccl" and session.nccl_obstacle is not None:
+            raise ConfigError(
+                "--allreduce",
+                f"nccl cannot reduce between this run's GPUs: {session.nccl_obstacle}; "
+                "choose ring, hierarchical-copy or reduce-to-one (auto takes ring here)",
             )
         if config.options.get("replication") == "in-graph":
             return self.in_graph_plan(config, job, session)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from workbench.config import ConfigError, RunConfig
 from workbench.parallel.collectives.compression import compression_summary, parse_compression
+from workbench.parallel.collectives.nccl import NcclAllReduce
 from workbench.strategies.data_parallel import DataParallel
 from workbench.strategies.options import (
     ALLREDUCE,
@@ -26,22 +27,29 @@ class Mirrored(DataParallel):
     description = "sync data parallel on one host: variables mirrored, gradients all-reduced"
     options = (ALLREDUCE, BUCKET_MB, COMPRESSION, ELASTIC, REPLICATION)
 
-    def algorithm(self, config: RunConfig, device_type: str) -> str:
+    def algorithm(self, config: RunConfig, device_type: str, nccl_usable: bool = True) -> str:
         if config.allreduce != "auto":
             return config.allreduce
-        # NCCL reduces dense buffers in the type it moves, so compression keeps the ring.
-        gpu = device_type == "gpu" and config.compression == "none"
+        # NCCL reduces dense buffers in the type it moves, so compression keeps the ring; so
+        # do GPUs where NCCL did not load or that several devices share.
+        gpu = device_type == "gpu" and nccl_usable and config.compression == "none"
         return "nccl" if gpu else "ring"
 
     def check_config(self, config: RunConfig) -> None:
         super().check_config(config)
         if config.allreduce == "nccl" and config.compression != "none":
             raise ConfigError("--compression", nccl_refusal(config.compression))
+        if config.allreduce == "nccl" and config.share_gpu:
+            raise ConfigError(
+                "--allreduce",
+                "nccl refuses two ranks on one GPU, which --share-gpu allows; choose ring, "
+                "hierarchical-copy or reduce-to-one (or auto)",
+            )
 
     def summary_fields(self, config: RunConfig, log, devices: list[str]) -> dict:
-        on_gpu = any("device:GPU" in device for device in devices)
+        used_nccl = any(event.path == NcclAllReduce.path for event in log.phases())
         return {
-            "allreduce": self.algorithm(config, "gpu" if on_gpu else "cpu"),
+            "allreduce": self.algorithm(config, "gpu" if used_nccl else "cpu"),
             "compression": compression_summary(config.compression, log, devices),
         }
 

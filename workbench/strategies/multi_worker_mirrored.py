@@ -28,7 +28,7 @@ class MultiWorkerMirrored(DataParallel):
                 f"{config.hosts} hosts need at least as many devices, got {config.devices}",
             )
 
-    def algorithm(self, config: RunConfig, device_type: str) -> str:
+    def algorithm(self, config: RunConfig, device_type: str, nccl_usable: bool = True) -> str:
         return "hierarchical-copy"
 
     def group_count(self, config: RunConfig) -> int:

@@ -67,6 +67,9 @@ class GradientWorker:
         return initial_state(self.spec, self.optimizer, self.arrays)
 
     def clock(self) -> float:
+        """Seconds since the run's origin, once this device's queued kernels have run (a GPU
+        launches asynchronously: a phase ends when its work does)."""
+        self.arrays.synchronize()
         return time.time() - self.spec.clock_origin
 
     def batch(self, step: int, fed: tuple | None = None) -> tuple:

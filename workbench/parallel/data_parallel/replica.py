@@ -64,7 +64,9 @@ class Replica(GradientWorker):
             self.arrays,
         )
         self.nccl = (
-            NcclAllReduce(self.transport, self.arrays.runtime) if spec.algorithm == "nccl" else None
+            NcclAllReduce(self.transport, self.arrays.runtime, spec.stall_timeout)
+            if spec.algorithm == "nccl"
+            else None
         )
         self.buckets = plan_buckets(
             self.model.parameter_shapes(), np.dtype(self.config.dtype).itemsize, spec.bucket_bytes

@@ -133,6 +133,9 @@ class ModelParallelDevice:
         self.state[COLLECTIVES] = self.collectives
 
     def clock(self) -> float:
+        """Seconds since the run's origin, once this device's queued kernels have run (a GPU
+        launches asynchronously: a phase ends when its work does)."""
+        self.arrays.synchronize()
         return time.time() - self.worker.clock_origin
 
     def run(self, first: int, count: int) -> dict[str, Any]:

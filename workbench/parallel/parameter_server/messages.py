@@ -65,8 +65,15 @@ class PushMessage:
 
     def adopted(self, arrays: Any) -> PushMessage:
         """This message with its arrays on ``arrays``' device (``DeviceArrays.adopt``)."""
-        dense = None if self.dense is None else arrays.adopt(self.dense)
-        return PushMessage(dense, {p: _adopt(e, arrays) for p, e in self.others.items()})
+        return self._moved(arrays.adopt)
+
+    def for_the_wire(self, arrays: Any, wire: str) -> PushMessage:
+        """This message as it may go to Dask's comms (``DeviceArrays.for_the_wire``)."""
+        return self._moved(lambda array: arrays.for_the_wire(array, wire))
+
+    def _moved(self, move: Any) -> PushMessage:
+        dense = None if self.dense is None else move(self.dense)
+        return PushMessage(dense, {p: _move(e, move) for p, e in self.others.items()})
 
 
 def encode_push(
@@ -145,10 +152,10 @@ def _packed_views(flat: Any, transfers: Sequence[Transfer], others: Mapping[int,
     return iter(unpack_pull(flat, packed, range(len(packed))).values() if packed else ())
 
 
-def _adopt(entry: Any, arrays: Any) -> Any:
+def _move(entry: Any, move: Any) -> Any:
     if isinstance(entry, Payload):
-        return replace(entry, arrays=tuple(arrays.adopt(array) for array in entry.arrays))
-    return tuple(arrays.adopt(part) for part in entry)
+        return replace(entry, arrays=tuple(move(array) for array in entry.arrays))
+    return tuple(move(part) for part in entry)
 
 
 def _entry_bytes(entry: Any) -> int:

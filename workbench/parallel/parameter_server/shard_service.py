@@ -90,7 +90,8 @@ class ParameterShard:
         self.device = spec.device
         self.arrays = DeviceArrays.for_kind(spec.device_type, spec.device)
         self.xp = self.arrays.xp
-        self.route = route(self.arrays.on_gpu, wire_of(device_service().worker.address))
+        self.wire = wire_of(device_service().worker.address)
+        self.route = route(self.arrays.on_gpu, self.wire)
         self.state = {n: self.arrays.to_device(v) for n, v in spec.store.items()}
         self.state[RENDEZVOUS] = self.rendezvous
         bound = config.staleness if config.mode == "async" else None
@@ -131,6 +132,7 @@ class ParameterShard:
                 f"ps shard {self.spec.shard} held worker {worker}'s pull for step {step} more "
                 f"than {self.spec.stall_timeout:g}s: another worker stalled or died"
             ) from None
+        values = self.arrays.for_the_wire(values, self.wire)
         return {"version": version, "values": to_serialize(values), "done": self.protocol.done}
 
     async def handle_push(

@@ -68,7 +68,8 @@ class ParameterServerWorker(GradientWorker):
         )
         self._worker = device_service().worker
         # Pulls and pushes are RPCs over Dask's comms; device arrays ride its serializers.
-        self.route = route(self.arrays.on_gpu, wire_of(self._worker.address))
+        self.wire = wire_of(self._worker.address)
+        self.route = route(self.arrays.on_gpu, self.wire)
 
     def gradient_program(self) -> tuple[tuple[str, ...], Executable]:
         """This worker's partition of the parameter-server client graph: recv the variables,
@@ -160,7 +161,7 @@ class ParameterServerWorker(GradientWorker):
                 worker=self.spec.rank,
                 step=step,
                 read_version=versions[shard],
-                gradients=to_serialize(message),
+                gradients=to_serialize(message.for_the_wire(self.arrays, self.wire)),
                 **extra,
             )
             pushed["sent"] += message.nbytes

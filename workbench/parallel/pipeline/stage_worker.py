@@ -129,6 +129,9 @@ class StageWorker:
         )
 
     def clock(self) -> float:
+        """Seconds since the run's origin, once this device's queued kernels have run (a GPU
+        launches asynchronously: a phase ends when its work does)."""
+        self.arrays.synchronize()
         return time.time() - self.spec.worker.clock_origin
 
     def _rows(self, step: int, microbatch: int):

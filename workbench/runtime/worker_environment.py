@@ -1,0 +1,56 @@
+"""The environment of every worker process the workbench starts, CPU or GPU.
+
+Set before each worker process is spawned (glibc reads its malloc variables at process start,
+BLAS its thread counts at import). One BLAS/OpenMP thread per worker: a worker is one device
+running one kernel stream. glibc's malloc thresholds fixed (mmap 32 MiB, trim 256 MiB; as
+``dtrain bench`` fixes them, see workbench/bench/timing.py): distributed's default
+``MALLOC_TRIM_THRESHOLD_=65536`` hands freed step temporaries back to the OS, so steps
+page-fault their buffers in again (docs/architecture.md, "What Dask costs", has the
+measurement).
+
+dask-cuda's ``LocalCUDACluster`` replaces any ``env=`` it is given with each worker's
+``CUDA_VISIBLE_DEVICES``, so both kinds of cluster take these variables from distributed's
+``distributed.nanny.pre-spawn-environ`` setting instead, which every nanny applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+WORKER_ENVIRONMENT = {
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(256 << 20),
+}
+
+
+@contextlib.contextmanager
+def worker_environment() -> Iterator[None]:
+    """While workers spawn: :data:`WORKER_ENVIRONMENT` in their nannies' pre-spawn setting.
+
+    Distributed lets a variable already in this process's environment override its config,
+    and its nannies copy their pre-spawn variables into this process's environment (so the
+    first cluster's values would stick), hence the values are put there too while the
+    workers spawn, and the previous ones restored afterwards.
+    """
+    import dask
+
+    pre_spawn = {
+        **dask.config.get("distributed.nanny.pre-spawn-environ", default={}),
+        **WORKER_ENVIRONMENT,
+    }
+    previous = {name: os.environ.get(name) for name in WORKER_ENVIRONMENT}
+    os.environ.update(WORKER_ENVIRONMENT)
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": pre_spawn}):
+            yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
