@@ -27,6 +27,7 @@ Where the workbench meets CuPy, the double is as strict as CuPy 14.2 and distrib
 
 from __future__ import annotations
 
+import builtins
 import os
 import sys
 import threading
@@ -110,7 +111,8 @@ class _StreamQueue:
     def marker(self):
         """A function saying whether what is queued now has finished (a recorded event)."""
         queued = self._snapshot()
-        return lambda: all(event.is_set() for event in queued)
+        # builtins': this module's ``all`` is the array function, as CuPy's is.
+        return lambda: builtins.all(event.is_set() for event in queued)
 
 
 queue = _StreamQueue()

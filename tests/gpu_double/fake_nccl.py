@@ -23,6 +23,10 @@ Each rank writes its buffer for call k as ``k-<rank>.npy`` (renamed into place, 
 that exists is complete); the reduction sums every rank's file in rank order (so every rank
 gets the same bytes) and removes its own file of call k-1, which every rank has read by then.
 ``DTRAIN_FAKE_NCCL_SECONDS`` adds that many seconds to each reduction, as a slow fabric would.
+``DTRAIN_FAKE_NCCL_STALL`` makes one rank hang as a stuck GPU or a wedged process would:
+``join:RANK`` (it never joins the communicator) or ``allreduce:RANK:CALL`` (from its CALL-th
+reduction on it contributes nothing, and its own call never returns); with
+``DTRAIN_FAKE_NCCL_STALL_ONCE=PATH`` only the first rank to get there hangs (it creates PATH).
 """
 
 from __future__ import annotations
@@ -124,9 +128,32 @@ class _NcclCommunicator:
         self.aborted = threading.Event()
         self._join()
 
+    def _stalls(self, where: str, call: int = 0) -> bool:
+        """Whether this rank hangs here (``DTRAIN_FAKE_NCCL_STALL``)."""
+        kind, _, rest = os.environ.get("DTRAIN_FAKE_NCCL_STALL", "").partition(":")
+        rank, _, first_call = rest.partition(":")
+        if kind != where or int(rank or -1) != self._rank or call < int(first_call or 0):
+            return False
+        once = os.environ.get("DTRAIN_FAKE_NCCL_STALL_ONCE")
+        if once is None:
+            return True
+        try:
+            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return False  # another rank (or an earlier attempt) hung already
+        return True
+
+    def _hang(self) -> None:
+        """Block for good, as a rank stuck on its GPU does (its process is killed, not
+        woken: the workers' nannies end it)."""
+        while True:
+            time.sleep(1.0)
+
     def _join(self) -> None:
         """ncclCommInitRank: announce this rank's GPU, wait (with no deadline) for every
         rank, then refuse two ranks on one GPU of one host."""
+        if self._stalls("join"):
+            self._hang()
         identity = f"{socket.gethostname()}/{fake_cupy.device_identity()}"
         mine = os.path.join(self.directory, f"join-{self._rank}")
         with open(f"{mine}.partial", "w") as handle:
@@ -146,6 +173,8 @@ class _NcclCommunicator:
             raise ValueError("the CPU double of NCCL only sums")
         dtype = _DTYPES[datatype]
         call, self.calls = self.calls, self.calls + 1
+        if self._stalls("allreduce", call):
+            self._hang()
         mine = os.path.join(self.directory, f"{call}-{self._rank}.npy")
         staging = f"{mine}.partial.npy"
         np.save(staging, _buffer(sendbuf, count, dtype))  # the buffer as queued work sees it

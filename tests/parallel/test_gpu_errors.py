@@ -135,3 +135,22 @@ def test_protocol_belongs_to_clusters_the_workbench_starts(capsys):
     code, err = dtrain(capsys, *flags, "--cluster", "tcp://127.0.0.1:1")
     assert code == 2
     assert "--protocol" in err and "already uses its own" in err
+
+
+@pytest.mark.parametrize(
+    ("raised_by", "said"),
+    [("cublas", "CUBLAS_STATUS_ALLOC_FAILED"), ("cuda-runtime", "cudaErrorMemoryAllocation")],
+)
+def test_running_out_of_memory_inside_cuda_libraries_names_the_device_and_step(
+    capsys, cpu_double_gpus, no_leftover_processes, raised_by, said
+):
+    # Not the memory pool's error: cuBLAS's workspace, or the allocator without the pool.
+    cpu_double_gpus.setenv("DTRAIN_FAKE_GPU_MEMORY", str(4 << 20))
+    cpu_double_gpus.setenv("DTRAIN_FAKE_GPU_MEMORY_ERROR", raised_by)
+    flags = ["--strategy", "mirrored", "--devices", "2", "--device-type", "gpu", "--steps", "2"]
+    code, err = dtrain(
+        capsys, *flags, "--hidden", "4096", "--batch-size", "512", "--dtype", "float64"
+    )
+    assert code == 1
+    assert "device:GPU:0 ran out of GPU memory at step 0: allocation failed" in err
+    assert said in err

@@ -131,3 +131,22 @@ def test_every_gpu_worker_runs_its_kernels_under_the_host_array_guard(
         assert session.device_names[1] == "/job:worker/task:1/device:GPU:0"
         guarded = session.client.run(_kernels_guarded_here, workers=session.addresses)
     assert list(guarded.values()) == [True, True]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"strategy": "parameter-server", "devices": 2, "ps": 1},
+        {"strategy": "mirrored", "devices": 2, "allreduce": "ring"},
+    ],
+    ids=lambda f: f["strategy"],
+)
+def test_without_shared_memory_device_tensors_are_staged_before_dasks_comms(
+    flags, gpu_oracle, cpu_double_gpus, no_leftover_processes
+):
+    # Distributed cannot serialize device arrays without numba or rmm: pulls, pushes and
+    # peer sends go through host memory, explicitly.
+    cpu_double_gpus.setenv("DTRAIN_SHARED_MEMORY", "0")
+    result = gpu_run(**flags)
+    assert _routes(result, {"ps-pull", "ps-push", "allreduce"}) == {"host-staged:tls"}
+    assert_same_parameters(result, gpu_oracle, 1e-10)

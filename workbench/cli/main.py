@@ -1,4 +1,5 @@
-"""``dtrain``: the headless command line (``dtrain run``, ``dtrain plan``, ``dtrain bench``)."""
+"""``dtrain``: the headless command line (``dtrain run``, ``dtrain plan``, ``dtrain bench``,
+``dtrain doctor``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from workbench.bench.command import bench_command
+from workbench.cli.doctor_command import doctor_command
 from workbench.cli.export_command import export_command
 from workbench.data import load_dataset
 from workbench.events import EventLog
@@ -36,6 +38,8 @@ commands:
   calibrate  time the devices, links and dispatch of the run's cluster (cached)
   bench   run the benchmark suites side by side with their peers (dtrain bench --help)
   export  write a stored run's events for other tools: --tensorboard DIR RUN_ID
+  doctor  report this machine's (and each worker's) packages and GPUs, and smoke-run every
+          strategy on the devices found (dtrain doctor --help)
 """
 
 
@@ -133,9 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return bench_command(rest)
     if command == "export":
         return export_command(rest)
+    if command == "doctor":
+        return doctor_command(rest)
     print(
         f"dtrain: error: unknown command {command!r}; choose one of: run, plan, calibrate, bench, "
-        "export",
+        "export, doctor",
         file=sys.stderr,
     )
     return 2
