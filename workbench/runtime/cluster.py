@@ -48,7 +48,7 @@ class ClusterSession:
     dashboard_link: str | None
     owned: list = field(default_factory=list)  # clusters this session started and must close
     # Why NCCL cannot reduce between these devices (None: it can, or they are CPUs); an
-    # ``--allreduce auto`` run then takes the ring (docs/architecture.md, "GPUs").
+    # ``--allreduce auto`` run then takes the ring (docs/architecture.md, "Devices: CPU and GPU").
     nccl_obstacle: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     earlier_run_ids: list[str] = field(default_factory=list)  # before recoveries
