@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from fnmatch import fnmatch
 from pathlib import Path
 
 PROJECT = "dtrain-workbench"
@@ -166,7 +167,8 @@ def resolve(target: list[str], requirement: str, out: Path) -> list[dict]:
 
 
 def kept_packages(items: list[dict], excluded: set[str], extras: str) -> dict[str, str]:
-    """Name to version of the resolved packages to carry, given that the target has `excluded`.
+    """Name to version of the resolved packages to carry, given that the target has `excluded`
+    (names, or shell patterns such as `nvidia-*`).
 
     Walks the Requires-Dist of the resolved packages from the project, with the extras each is
     asked for. An excluded package's own dependencies are taken as installed with it, but not
@@ -174,6 +176,7 @@ def kept_packages(items: list[dict], excluded: set[str], extras: str) -> dict[st
     other than `extra` are not evaluated: pip already left out what they exclude.
     """
     versions = {norm(i["metadata"]["name"]): i["metadata"]["version"] for i in items}
+    excluded = {name for name in versions if any(fnmatch(name, p) for p in excluded)}
     requires = {norm(i["metadata"]["name"]): i["metadata"].get("requires_dist", []) for i in items}
     asked: dict[str, set[str]] = {}
     todo = [(norm(PROJECT), {norm(e) for e in extras.split(",") if e})]
@@ -211,7 +214,10 @@ def main() -> None:
         "--extras", help="comma-separated extras, or none for CPU only (default gpu-cuCUDA)"
     )
     parser.add_argument(
-        "--exclude", default="", help="comma-separated packages the target already has, left out"
+        "--exclude",
+        default="",
+        help="comma-separated packages the target already has, left out (shell patterns such "
+        "as nvidia-* match several)",
     )
     parser.add_argument("--out", type=Path, default=Path("wheelhouse"))
     args = parser.parse_args()
@@ -251,8 +257,10 @@ def main() -> None:
             str(out),
             *wanted,
         )
-    for name in excluded - {norm(i["metadata"]["name"]) for i in items}:
-        print(f"note: {name} (--exclude) is not among the resolved packages", flush=True)
+    resolved = {norm(i["metadata"]["name"]) for i in items}
+    for pattern in excluded:
+        if not any(fnmatch(name, pattern) for name in resolved):
+            print(f"note: {pattern} (--exclude) matches none of the resolved packages", flush=True)
 
     write_install(out, wheel.name, spec, dropped, f"CPython {args.python}, {platforms[0]}")
 
