@@ -75,7 +75,8 @@ def test_one_gpu_is_shared_by_itself_and_nccl_is_skipped(capsys, cpu_double_gpus
     assert code == 0, err
     lines = {line.split("  ")[0]: line for line in out.splitlines() if line}
     assert "2 devices on 1 GPU(s); --share-gpu set automatically" in lines["device type"]
-    assert "runs need --share-gpu" in lines["worker 1"]
+    assert "shares its GPU with another worker (--share-gpu)" in lines["worker 1"]
+    assert " ok " in lines["worker 1"]
     assert lines["mirrored"].split()[1:4] == ["2", "gpu", "pass"]
     assert "match" in lines["mirrored"]
     assert "skip" in lines["mirrored (nccl)"] and "NCCL refuses" in lines["mirrored (nccl)"]

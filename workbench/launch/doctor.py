@@ -290,7 +290,9 @@ def device_reports(client: Any) -> dict[str, dict]:
     return {address: reports[address] for address in addresses}
 
 
-def worker_rows(client: Any, reports: dict[str, dict], device_type: str, report: DoctorReport):
+def worker_rows(
+    client: Any, reports: dict[str, dict], device_type: str, report: DoctorReport, share: bool
+):
     """A row per worker: its host, GPU and NCCL, and its versions unlike this client's."""
     versions = client.run(installed_versions, device_type, workers=list(reports))
     mine = installed_versions(device_type)
@@ -302,7 +304,9 @@ def worker_rows(client: Any, reports: dict[str, dict], device_type: str, report:
             if versions[address].get(package) != version
         ]
         status, note = "ok", "" if facts["gpu"] else f"cpu: {facts['reason']}"
-        if address in shared:
+        if address in shared and share:
+            note = "shares its GPU with another worker (--share-gpu)"
+        elif address in shared:
             status, note = "warn", "shares its GPU with another worker: runs need --share-gpu"
         if differences:
             status, note = "fail", "versions differ: " + ", ".join(differences)
@@ -362,7 +366,7 @@ def run_doctor(request: DoctorRequest, progress: Progress) -> DoctorReport:
             except Exception as error:  # e.g. dask-cuda missing: a finding, not a crash
                 report.rows.append(CheckRow("local cluster", "none", "fail", one_line(error)))
         if client is not None:
-            worker_rows(client, reports, device_type, report)
+            worker_rows(client, reports, device_type, report, share)
         mirrored = [index for index, run in enumerate(runs) if run.label == "mirrored"]
         if device_type == "gpu" and mirrored:
             runs.insert(mirrored[0] + 1, nccl_run(request, gpu, reports, joined))
