@@ -67,9 +67,14 @@ class GradientWorker:
         return initial_state(self.spec, self.optimizer, self.arrays)
 
     def clock(self) -> float:
-        """Seconds since the run's origin, once this device's queued kernels have run (a GPU
-        launches asynchronously: a phase ends when its work does)."""
+        """Seconds since the run's origin at a phase boundary, once this device's queued
+        kernels have run (a GPU launches asynchronously: a phase ends when its work does)."""
         self.arrays.synchronize()
+        return self.elapsed()
+
+    def elapsed(self) -> float:
+        """Seconds since the run's origin as the host sees them, without waiting for the
+        device (inside a phase, where a wait would stall the kernels being launched)."""
         return time.time() - self.spec.clock_origin
 
     def batch(self, step: int, fed: tuple | None = None) -> tuple:

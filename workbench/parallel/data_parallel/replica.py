@@ -178,7 +178,8 @@ class Replica(GradientWorker):
                 flat = bucket.pack(filled.pop(index), self.xp)
                 self._simulate_overflow(step, flat)
                 future = self.communication.submit(self._reduce, flat, f"s{step}/b{index}", index)
-                reductions.append((index, future, self.clock()))
+                # Mid-backward: a device wait here would stall the kernels still to launch.
+                reductions.append((index, future, self.elapsed()))
 
         return gradient_ready
 
