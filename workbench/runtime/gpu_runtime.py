@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from workbench.runtime.visible_devices import visible_device_count
+from workbench.runtime.visible_devices import gpus_of_workers, visible_device_count
 
 RUNTIME_VARIABLE = "DTRAIN_GPU_RUNTIME"
 
@@ -152,8 +152,7 @@ def _local_cuda_cluster(
         ) from None
     from workbench.runtime.worker_environment import worker_environment
 
-    gpus = -(-devices // workers_per_gpu)
-    visible = [str(gpu) for gpu in range(gpus) for _ in range(workers_per_gpu)][:devices]
+    visible = gpus_of_workers(devices, workers_per_gpu)
     with worker_environment():
         return LocalCUDACluster(
             # Worker i computes on the i-th entry (dask-cuda rotates the list per worker).

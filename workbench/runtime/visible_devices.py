@@ -50,3 +50,14 @@ def rotated_visible_devices(entries: list[str]) -> list[str]:
     ['0,1,2', '1,2,0', '2,0,1']
     """
     return [",".join(entries[i:] + entries[:i]) for i in range(len(entries))]
+
+
+def gpus_of_workers(devices: int, workers_per_gpu: int) -> list[str]:
+    """The GPU index each of ``devices`` workers computes on, ``workers_per_gpu`` to a GPU.
+
+    Examples
+    --------
+    >>> gpus_of_workers(3, 2)
+    ['0', '0', '1']
+    """
+    return [str(worker // workers_per_gpu) for worker in range(devices)]
