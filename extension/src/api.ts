@@ -8,14 +8,18 @@ import { ServerConnection } from '@jupyterlab/services';
 /** Where the server extension mounts its JSON API, under the server's base URL. */
 export const API_NAMESPACE = 'workbench/api';
 
-/** States a run record can be in; "stopping" is what a stop request answers with. */
+/**
+ * States a run record can be in; "stopping" is what a stop request answers with, "lost" a run
+ * whose process has gone, "damaged" a run directory the server could not read (see `damage`).
+ */
 export type RunState =
   | 'running'
   | 'stopping'
   | 'finished'
   | 'stopped'
   | 'failed'
-  | 'lost';
+  | 'lost'
+  | 'damaged';
 
 /** The states in which a run still changes, so the sidebar keeps polling quickly. */
 export const LIVE_STATES: ReadonlySet<string> = new Set(['running', 'stopping']);
@@ -42,6 +46,10 @@ export interface IRun {
   droppedUpdates: number | null;
   /** Seconds each restart took, failure noticed to first step after it ([] if none). */
   recoverySeconds: number[];
+  /** Why the run's files could not be read (its state is then "damaged"), or null. */
+  damage: string | null;
+  /** The fields that held NaN or an infinity, which the server sends as null ([] if none). */
+  nonFinite: string[];
 }
 
 /** One Dask cluster the workbench knows about. */
@@ -142,7 +150,11 @@ export function parseRun(raw: unknown): IRun | null {
     restarts: numberOrNull(raw.restarts),
     failures: numberOrNull(raw.failures),
     droppedUpdates: numberOrNull(raw.dropped_updates),
-    recoverySeconds: numberList(raw.recovery_seconds)
+    recoverySeconds: numberList(raw.recovery_seconds),
+    damage: stringOrNull(raw.damage),
+    nonFinite: Array.isArray(raw.non_finite)
+      ? raw.non_finite.filter((name): name is string => typeof name === 'string')
+      : []
   };
 }
 

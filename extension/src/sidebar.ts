@@ -231,7 +231,16 @@ function createRunRow(runId: string, baseUrl: string): HTMLElement {
   }
   const faults = element('div', 'jp-WorkbenchRun-faults');
   faults.hidden = true;
-  row.append(head, fields, faults, element('div', 'jp-WorkbenchRun-id', runId), exports);
+  const problem = element('div', 'jp-WorkbenchRun-problem');
+  problem.hidden = true;
+  row.append(
+    head,
+    fields,
+    faults,
+    problem,
+    element('div', 'jp-WorkbenchRun-id', runId),
+    exports
+  );
   return row;
 }
 
@@ -241,7 +250,7 @@ function updateRunRow(row: HTMLElement, run: IRun): void {
   if (state) {
     state.textContent = run.state;
     state.dataset.state = run.state;
-    state.title = run.error ?? run.state;
+    state.title = run.error ?? run.damage ?? run.state;
   }
   row.dataset.state = run.state;
   const stop = row.querySelector<HTMLButtonElement>('.jp-WorkbenchRun-stop');
@@ -256,7 +265,39 @@ function updateRunRow(row: HTMLElement, run: IRun): void {
   setText(row, '.jp-WorkbenchRun-loss', formatLoss(run.loss));
   setText(row, '.jp-WorkbenchRun-speed', formatSpeed(run.samplesPerSecond));
   updateFaults(row, run);
+  updateProblem(row, run);
   row.classList.toggle('jp-mod-live', isLive(run));
+}
+
+/**
+ * What the server could not show of a run, e.g. "Damaged: status.json is not valid JSON" or
+ * "NaN/∞: loss, samples_per_second" (those fields read "–"); "" for a sound run.
+ */
+export function problemSummary(run: IRun): string {
+  const parts: string[] = [];
+  if (run.damage !== null) {
+    parts.push(`Damaged: ${run.damage}`);
+  }
+  if (run.nonFinite.length > 0) {
+    parts.push(`NaN/∞: ${run.nonFinite.join(', ')}`);
+  }
+  return parts.join(' · ');
+}
+
+function updateProblem(row: HTMLElement, run: IRun): void {
+  const node = row.querySelector<HTMLElement>('.jp-WorkbenchRun-problem');
+  if (!node) {
+    return;
+  }
+  const summary = problemSummary(run);
+  setText(row, '.jp-WorkbenchRun-problem', summary);
+  node.hidden = summary.length === 0;
+  node.title =
+    run.damage !== null
+      ? 'The run store could not read this run; its other fields may be missing'
+      : 'These values were NaN or infinite (a diverged run) and show as –';
+  row.classList.toggle('jp-mod-damaged', run.damage !== null);
+  row.classList.toggle('jp-mod-nonfinite', run.nonFinite.length > 0);
 }
 
 /**

@@ -31,6 +31,8 @@ RECORD_FIELDS = {
     "failures",
     "dropped_updates",
     "recovery_seconds",
+    "damage",
+    "non_finite",
 }
 
 

@@ -11,7 +11,6 @@ the server's authorizer about the ``workbench`` resource. No CORS headers are ad
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -21,13 +20,18 @@ from jupyter_server.base.handlers import APIHandler, AuthenticatedFileHandler, J
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from workbench.server.manager import RUN_ID, RunsManager
+from workbench.safe_io import strict_dumps
+from workbench.server.manager import RunsManager
+from workbench.store import StoreError
 
 MANAGER_SETTING = "workbench_runs_manager"
 AUTH_RESOURCE = "workbench"
 # Any plain name, so that an unknown page gets the 404 that lists the pages. No "%": tornado
 # would read one in an error message as a format.
 PAGE = r"[A-Za-z0-9_-]+"
+# Any path segment: the manager answers 404 for an id that breaks the run-id rule
+# (workbench/store/run_ids.py), with a JSON message like every other unknown run.
+RUN_SEGMENT = r"[^/]+"
 
 
 class WorkbenchHandler(APIHandler):
@@ -41,17 +45,25 @@ class WorkbenchHandler(APIHandler):
 
     async def call(self, method: Callable[..., Any], *args: Any) -> Any:
         """``method(*args)`` in a worker thread (it reads files; the server keeps serving), with
-        ``KeyError`` (unknown run or page) as 404 and ``ValueError`` (wrong state) as 409."""
+        ``KeyError`` (unknown run or page) as 404, ``ValueError`` (wrong state) as 409,
+        ``PermissionError`` (another user's run) as 403 and a refused store as 500."""
         try:
             return await asyncio.to_thread(method, *args)
         except KeyError as error:
             raise web.HTTPError(404, _message(error)) from error
         except ValueError as error:
             raise web.HTTPError(409, _message(error)) from error
+        except PermissionError as error:
+            raise web.HTTPError(403, _message(error)) from error
+        except StoreError as error:
+            raise web.HTTPError(500, _message(error)) from error
 
 
 def _message(error: Exception) -> str:
-    # str(KeyError("x")) is "'x'"; the message is the argument.
+    # str(KeyError("x")) is "'x'"; the message is the argument. An OSError from the system
+    # (errno set) says it all in str().
+    if isinstance(error, OSError) and error.errno is not None:
+        return str(error)
     return str(error.args[0] if error.args else error)
 
 
@@ -59,14 +71,14 @@ class RunsHandler(WorkbenchHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        self.finish(json.dumps({"runs": await self.call(self.manager.runs)}))
+        self.finish(strict_dumps({"runs": await self.call(self.manager.runs)}))
 
 
 class RunHandler(WorkbenchHandler):
     @web.authenticated
     @authorized
     async def get(self, run_id: str) -> None:
-        self.finish(json.dumps(await self.call(self.manager.run, run_id)))
+        self.finish(strict_dumps(await self.call(self.manager.run, run_id)))
 
 
 class StopHandler(WorkbenchHandler):
@@ -75,21 +87,21 @@ class StopHandler(WorkbenchHandler):
     async def post(self, run_id: str) -> None:
         record = await self.call(self.manager.stop, run_id)
         self.set_status(202)  # accepted: the run stops after the step in flight
-        self.finish(json.dumps(record))
+        self.finish(strict_dumps(record))
 
 
 class ClustersHandler(WorkbenchHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        self.finish(json.dumps({"clusters": await self.call(self.manager.clusters)}))
+        self.finish(strict_dumps({"clusters": await self.call(self.manager.clusters)}))
 
 
 class ChartDataHandler(WorkbenchHandler):
     @web.authenticated
     @authorized
     async def get(self, run_id: str, page: str) -> None:
-        self.finish(json.dumps(await self.call(self.manager.chart_data, run_id, page)))
+        self.finish(strict_dumps(await self.call(self.manager.chart_data, run_id, page)))
 
 
 class TraceHandler(WorkbenchHandler):
@@ -142,7 +154,7 @@ class BokehStaticHandler(AuthenticatedFileHandler):
 def routes(base_url: str) -> list[tuple[str, type, dict[str, Any]]]:
     """The extension's routes under ``<base_url>/workbench``."""
     base = url_path_join(base_url, "workbench")
-    run = rf"/runs/(?P<run_id>{RUN_ID})"
+    run = rf"/runs/(?P<run_id>{RUN_SEGMENT})"
     api = [
         ("/runs", RunsHandler),
         (run, RunHandler),

@@ -9,21 +9,30 @@ training that run polls for.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import socket
 import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from workbench.store import RunStore, StoredRun, chrome_trace, scalars_csv
+from workbench.safe_io import strict_dumps
+from workbench.safe_io.private_paths import owner_name
+from workbench.store import (
+    RunEntry,
+    RunStore,
+    StoredRun,
+    chrome_trace,
+    process_uid,
+    run_state,
+    scalars_csv,
+    valid_run_id,
+)
 
 if TYPE_CHECKING:  # Bokeh is imported on the first chart request, not when the server starts
     from workbench.server.run_charts import RunCharts
 
-# What a run id may be: a directory name in the store, never a path out of it.
-RUN_ID = r"[A-Za-z0-9._-]+"
+__all__ = ["RunsManager", "run_record", "run_state"]
+
 RECORD_STATUS_FIELDS = (
     "step",
     "loss",
@@ -40,45 +49,29 @@ RECORD_STATUS_FIELDS = (
 CHARTS_KEPT = 8  # runs whose charts stay cached: the most recently viewed
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: it exists
-        return True
-    return True
-
-
-def run_state(status: dict) -> str:
-    """``status["state"]``, except ``lost`` for a run that says it is running but whose
-    process on this host has gone (its kernel died or was restarted mid-run). A run on another
-    host cannot be checked from here and keeps its stated state."""
-    state = status.get("state") or "running"
-    pid, hostname = status.get("pid"), status.get("hostname")
-    if (
-        state == "running"
-        and isinstance(pid, int)
-        and hostname == socket.gethostname()
-        and not _process_alive(pid)
-    ):
-        return "lost"
-    return state
-
-
-def run_record(run: StoredRun, config: dict, status: dict) -> dict[str, Any]:
-    """One row of the run list; every live field may be missing (an older or starting run)."""
+def run_record(entry: RunEntry) -> dict[str, Any]:
+    """One row of the run list; every live field may be missing (an older or starting run).
+    ``damage`` says why a ``damaged`` run could not be read, ``non_finite`` which fields held
+    NaN or an infinity (sent as null)."""
+    config, status = entry.config, entry.status
     record: dict[str, Any] = {
-        "id": run.run_id,
+        "id": entry.run_id,
         "strategy": config.get("strategy"),
         "devices": config.get("devices"),
         # status has the total once the run is prepared (epochs turned into steps)
         "steps": status.get("steps") if status.get("steps") is not None else config.get("steps"),
-        "state": run_state(status),
+        "state": entry.state,
         "dashboard_link": status.get("dashboard_link"),
     }
     record.update({name: status.get(name) for name in RECORD_STATUS_FIELDS})
+    record["damage"] = entry.damage
+    record["non_finite"] = entry.non_finite
     return record
+
+
+def _batch_size(config: dict) -> int:
+    value = config.get("batch_size")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
 class RunsManager:
@@ -101,61 +94,51 @@ class RunsManager:
     # Reading runs ------------------------------------------------------------------------
 
     def _open(self, run_id: str) -> StoredRun:
-        if not re.fullmatch(RUN_ID, run_id) or run_id in (".", ".."):
-            raise KeyError(f"no run {run_id!r} in the run store")
+        if not valid_run_id(run_id):  # "..", a path, an over-long name: no such run
+            raise KeyError(f"no run {run_id[:80]!r} in the run store")
         try:
             return self.store.open(run_id)
         except KeyError:
             raise KeyError(f"no run {run_id!r} in the run store") from None
 
-    def _record(self, run: StoredRun) -> dict[str, Any]:
-        return run_record(run, run.config(), run.status())
-
     def runs(self) -> list[dict[str, Any]]:
-        """Every run, newest first (the store lists them oldest first)."""
-        records = []
-        for run in reversed(self.store.runs()):
-            try:
-                records.append(self._record(run))
-            except (OSError, ValueError):  # a run directory half created or damaged: skip it
-                continue
-        return records
+        """Every run, newest first (the store lists them oldest first); a damaged one is
+        listed with its reason, never skipped."""
+        return [run_record(entry) for entry in reversed(self.store.entries())]
 
     def run(self, run_id: str) -> dict[str, Any]:
-        """The run's record with its ``config`` and ``summary`` (None until it has finished)."""
-        run = self._open(run_id)
-        config = run.config()
-        return {**run_record(run, config, run.status()), "config": config, "summary": run.summary()}
+        """The run's record with its ``config`` and ``summary`` (None until it has finished,
+        or when it cannot be read)."""
+        entry = self._open(run_id).entry()
+        return {**run_record(entry), "config": entry.config, "summary": _summary(entry)}
 
     def clusters(self) -> list[dict[str, Any]]:
         """The clusters live runs train on: ``address``, ``dashboard_link`` and ``runs``."""
         clusters: dict[tuple, dict[str, Any]] = {}
-        for run in self.store.runs():
-            try:
-                status = run.status()
-            except (OSError, ValueError):
-                continue
-            address = status.get("scheduler_address")
-            if run_state(status) != "running" or address is None:
+        for entry in self.store.entries():
+            address = entry.status.get("scheduler_address")
+            if entry.state != "running" or not isinstance(address, str):
                 continue  # a one-device run has no cluster
-            key = (address, status.get("dashboard_link"))
+            link = entry.status.get("dashboard_link")
+            key = (address, link if isinstance(link, str) else None)
             cluster = clusters.setdefault(
                 key, {"address": address, "dashboard_link": key[1], "runs": []}
             )
-            cluster["runs"].append(run.run_id)
+            cluster["runs"].append(entry.run_id)
         return list(clusters.values())
 
     # Acting on a run ---------------------------------------------------------------------
 
     def stop(self, run_id: str) -> dict[str, Any]:
         """Ask a running run to stop after the step in flight; ``ValueError`` naming its state
-        if it is not running."""
+        if it is not running, ``PermissionError`` if it is not this server's user's to stop."""
         run = self._open(run_id)
-        record = self._record(run)
-        if record["state"] != "running":
-            raise ValueError(f"run {run_id!r} is {record['state']}; only a running run can stop")
+        entry = run.entry()
+        if entry.state != "running":
+            raise ValueError(f"run {run_id!r} is {entry.state}; only a running run can stop")
+        _check_may_stop(entry)
         run.request_stop()
-        return {**record, "state": "stopping"}
+        return {**run_record(entry), "state": "stopping"}
 
     # Charts and exports ------------------------------------------------------------------
 
@@ -168,7 +151,7 @@ class RunsManager:
         run = self._open(run_id)
         charts = self._run_charts(run)
         charts.update()
-        return {"state": self._record(run)["state"], **charts.page_data(page)}
+        return {"state": run.entry().state, **charts.page_data(page)}
 
     def _run_charts(self, run: StoredRun) -> RunCharts:
         from workbench.server.run_charts import RunCharts
@@ -176,8 +159,8 @@ class RunsManager:
         with self._charts_lock:
             charts = self._charts.get(run.run_id)
             if charts is None:
-                batch_size = int(run.config().get("batch_size") or 1)
-                charts = self._charts[run.run_id] = RunCharts(run, batch_size)
+                charts = RunCharts(run, _batch_size(run.entry().config))
+                self._charts[run.run_id] = charts
             self._charts.move_to_end(run.run_id)
             while len(self._charts) > CHARTS_KEPT:
                 self._charts.popitem(last=False)
@@ -185,8 +168,42 @@ class RunsManager:
 
     def trace(self, run_id: str) -> str:
         """The run's events as Chrome-trace JSON (chrome://tracing, Perfetto)."""
-        return json.dumps(chrome_trace(self._open(run_id).events()))
+        return strict_dumps(chrome_trace(self._open(run_id).events()))
 
     def scalars_csv(self, run_id: str) -> str:
         """The run's per-step scalars as CSV."""
         return scalars_csv(self._open(run_id).events())
+
+
+def _summary(entry: RunEntry) -> dict | None:
+    run = StoredRun(entry.run_id, entry.path)
+    try:
+        summary = run.summary()
+    except (OSError, ValueError):  # damaged: the record's other fields still show
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def _check_may_stop(entry: RunEntry) -> None:
+    """``PermissionError`` unless this server's user owns the run and the process training
+    it: a stop request is a file that only the run's owner should be able to leave."""
+    me = os.geteuid()
+    try:
+        owner = (entry.path / "status.json").lstat().st_uid
+    except OSError as error:
+        raise PermissionError(
+            f"run {entry.run_id!r} cannot be stopped from here: {error}"
+        ) from None
+    if owner != me:
+        raise PermissionError(
+            f"run {entry.run_id!r} belongs to {owner_name(owner)}; this server runs as "
+            f"{owner_name(me)} and cannot stop it"
+        )
+    pid = entry.status.get("pid")
+    if isinstance(pid, int) and entry.status.get("hostname") == socket.gethostname():
+        trainer = process_uid(pid)
+        if trainer is not None and trainer != me:
+            raise PermissionError(
+                f"run {entry.run_id!r} is trained by process {pid} of {owner_name(trainer)}; "
+                f"this server runs as {owner_name(me)} and cannot stop it"
+            )

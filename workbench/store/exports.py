@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Iterable
 
 from workbench.events.records import FAULT_PHASES, PhaseEvent, ScalarEvent
+from workbench.safe_io import strict_dumps
 
 
 def chrome_trace(events: Iterable[PhaseEvent | ScalarEvent]) -> dict:
@@ -79,7 +79,7 @@ def _phase_event(event: PhaseEvent, pid: int) -> dict:
 
 def write_chrome_trace(events: Iterable[PhaseEvent | ScalarEvent], path: str) -> None:
     with open(path, "w", encoding="utf-8") as out:
-        json.dump(chrome_trace(events), out)
+        out.write(strict_dumps(chrome_trace(events)))
 
 
 SCALAR_COLUMNS = ("step", "name", "value", "time", "device")

@@ -4,8 +4,10 @@ One directory per run under the store's root::
 
     <root>/<run id>/config.json    the run's flags (RunConfig.to_dict())
     <root>/<run id>/events.jsonl   every event (docs/architecture.md, "Events"), one JSON
-                                   object per line, appended while the run goes
-    <root>/<run id>/status.json    {"state": running | finished | stopped | failed, "error",
+                                   object per line, each line appended by one write (a
+                                   reader ignores a last line without its newline)
+    <root>/<run id>/status.json    {"state": running | finished | stopped | failed | lost,
+                                   "error",
                                    "started", "ended", "step", "steps", "loss",
                                    "samples_per_second", "pid", "hostname", the fault counts
                                    (below), and what the run adds: "dashboard_link",
@@ -27,15 +29,26 @@ recorded before they existed):
   after the restore.
 
 The root is ``$DTRAIN_RUN_STORE`` if set, else the user's data directory
-(``platformdirs.user_data_dir("dtrain-workbench")/runs``). Files that others read while a run
-writes them (``status.json``, ``summary.json``) are written to a temporary name and renamed.
+(``platformdirs.user_data_dir("dtrain-workbench")/runs``), a directory only its owner may
+enter: one that is another user's, a symbolic link or writable by others is refused
+(:class:`~workbench.store.errors.StoreError`), for writing and reading alike. Every JSON file
+is strict (non-finite numbers as null). Files that others read while a run writes them
+(``status.json``, ``summary.json``) are written to a temporary name and renamed. Recording
+that fails (a full disk) ends the run ``failed`` with the reason in status.json, written if
+at all possible, and raises :class:`~workbench.store.errors.StoreError`. A run whose process
+has gone is listed ``lost``, and status.json says so from the next listing by its owner on.
+See docs/security.md, "Run store".
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import shutil
 import socket
+import stat
 import threading
 import time
 from collections import deque
@@ -46,6 +59,19 @@ from typing import Any
 from workbench.events import EventLog
 from workbench.events.faults import FaultTally
 from workbench.events.records import PhaseEvent, ScalarEvent
+from workbench.safe_io import ForeignPathError, ensure_private_directory, finite_or_none
+from workbench.safe_io.private_paths import describe
+from workbench.safe_io.strict_json import strict_dumps
+from workbench.store.entries import DAMAGED, RunEntry
+from workbench.store.errors import StoreError
+from workbench.store.json_files import (
+    non_finite_fields,
+    overwrite_json,
+    read_json,
+    write_json_atomically,
+)
+from workbench.store.liveness import lost_reason, run_state
+from workbench.store.run_ids import RUN_ID_RULE, valid_run_id
 
 STORE_ENVIRONMENT = "DTRAIN_RUN_STORE"
 STATES = ("running", "finished", "stopped", "failed")
@@ -65,15 +91,29 @@ def default_store_root() -> Path:
     return Path(user_data_dir("dtrain-workbench")) / "runs"
 
 
-def _write_json_atomically(path: Path, value: Any) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    temporary.write_text(json.dumps(value, indent=2), encoding="utf-8")
-    os.replace(temporary, path)
-
-
 def event_from_dict(record: dict) -> PhaseEvent | ScalarEvent:
     fields = {key: value for key, value in record.items() if key != "kind"}
-    return PhaseEvent(**fields) if record["kind"] == "phase" else ScalarEvent(**fields)
+    if record["kind"] == "phase":
+        return PhaseEvent(**fields)
+    if fields.get("value") is None:  # a NaN or infinite value, written as null
+        fields["value"] = float("nan")
+    return ScalarEvent(**fields)
+
+
+def _event_from_line(line: bytes) -> PhaseEvent | ScalarEvent | None:
+    """The event on one line of an events file, or None for a line that holds none."""
+    try:
+        return event_from_dict(json.loads(line))
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None
+
+
+def _is_regular(path: Path) -> bool:
+    """Whether ``path`` is a regular file (a symbolic link is not followed)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -84,45 +124,63 @@ class StoredRun:
     path: Path
 
     def config(self) -> dict:
-        return json.loads((self.path / "config.json").read_text(encoding="utf-8"))
+        return read_json(self.path / "config.json")
 
     def status(self) -> dict:
-        return json.loads((self.path / "status.json").read_text(encoding="utf-8"))
+        return read_json(self.path / "status.json")
 
     def summary(self) -> dict | None:
         path = self.path / "summary.json"
-        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+        return read_json(path) if path.exists() else None
+
+    def entry(self) -> RunEntry:
+        """This run as a listing shows it; never raises for a damaged directory."""
+        problems: list[str] = []
+        status = _read_object(self.path / "status.json", problems)
+        config = _read_object(self.path / "config.json", problems)
+        recorded = status.get("non_finite")
+        named = (
+            [name for name in recorded if isinstance(name, str)]
+            if isinstance(recorded, list)
+            else []
+        )
+        non_finite = sorted(
+            {
+                *named,
+                *non_finite_fields(status),
+                *(f"config.{name}" for name in non_finite_fields(config)),
+            }
+            - {"non_finite"}
+        )
+        if not isinstance(status.get("state", "running"), str):
+            problems.append("status.json's state is not a string")
+        state = DAMAGED if problems else run_state(status)
+        return RunEntry(
+            run_id=self.run_id,
+            path=self.path,
+            config=finite_or_none(config),
+            status=finite_or_none(status),
+            state=state,
+            damage="; ".join(problems) or None,
+            non_finite=non_finite,
+        )
 
     def events(self) -> list[PhaseEvent | ScalarEvent]:
         """Every complete event line so far (a line still being written is skipped)."""
-        path = self.path / "events.jsonl"
-        if not path.exists():
-            return []
-        events = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                events.append(event_from_dict(json.loads(line)))
-            except (json.JSONDecodeError, TypeError, KeyError):
-                continue
-        return events
+        return self.read_events(0)[0]
 
     def read_events(self, offset: int = 0) -> tuple[list[PhaseEvent | ScalarEvent], int]:
         """The events written after byte ``offset`` and the offset to read from next time;
-        a line still being written is left for the next read."""
+        a line still being written (no newline yet) is left for the next read."""
         path = self.path / "events.jsonl"
-        if not path.exists():
+        if not _is_regular(path):
             return [], offset
         with path.open("rb") as file:
             file.seek(offset)
             chunk = file.read()
         complete = chunk[: chunk.rfind(b"\n") + 1]
-        events = []
-        for line in complete.splitlines():
-            try:
-                events.append(event_from_dict(json.loads(line)))
-            except (json.JSONDecodeError, TypeError, KeyError):
-                continue
-        return events, offset + len(complete)
+        events = [_event_from_line(line) for line in complete.splitlines()]
+        return [event for event in events if event is not None], offset + len(complete)
 
     def request_stop(self) -> None:
         """Ask the process training this run to stop after the step in flight."""
@@ -138,12 +196,51 @@ class StoredRun:
         return log
 
 
+def _read_object(path: Path, problems: list[str]) -> dict:
+    """The JSON object in ``path``, or {} with what is wrong with it added to ``problems``."""
+    try:
+        value = read_json(path)
+    except FileNotFoundError:
+        problems.append(f"{path.name} is missing")
+        return {}
+    except OSError as error:
+        problems.append(f"{path.name} cannot be read ({error.strerror or error})")
+        return {}
+    except ValueError as error:
+        reason = str(error) if str(error).startswith(path.name) else "truncated or corrupted"
+        problems.append(f"{path.name} is not valid JSON ({reason})")
+        return {}
+    if not isinstance(value, dict):
+        problems.append(f"{path.name} holds {type(value).__name__}, not a JSON object")
+        return {}
+    return value
+
+
+def _status_text(status: dict) -> dict:
+    """The status as written: with the fields whose value is not finite named, since strict
+    JSON writes them as null (docs/security.md, "Run store")."""
+    return {
+        **status,
+        "non_finite": non_finite_fields({k: v for k, v in status.items() if k != "non_finite"}),
+    }
+
+
 class RunRecorder:
-    """Writes one run into the store as it goes: subscribe :meth:`record` to its event log."""
+    """Writes one run into the store as it goes: subscribe :meth:`record` to its event log.
+
+    Recording that fails (``OSError``: a full disk, an I/O error) raises
+    :class:`StoreError` from the next :meth:`record`, once, so the run fails; :meth:`finish`
+    then records it ``failed`` with the reason."""
 
     def __init__(self, run: StoredRun) -> None:
         self.run = run
-        self._events = (run.path / "events.jsonl").open("a", encoding="utf-8")
+        self._events = os.open(
+            run.path / "events.jsonl",
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
+        self._events_size = os.fstat(self._events).st_size
+        self._closed = False
         self._lock = threading.Lock()
         self._last_step = -1
         self._last_flush = 0.0
@@ -151,23 +248,50 @@ class RunRecorder:
         self._batch_size = int(run.config().get("batch_size") or 1)
         self._loss_times: deque[tuple[float, int]] = deque()  # (time, step) of recent losses
         self._faults = FaultTally()
+        self._failure: StoreError | None = None  # why recording failed
+        self._failure_raised = False
 
     def record(self, event: PhaseEvent | ScalarEvent) -> None:
-        line = json.dumps(event.to_dict()) + "\n"
+        line = (strict_dumps(event.to_dict()) + "\n").encode("utf-8")
         with self._lock:
-            if self._events.closed:
+            if self._closed:
                 return
-            self._events.write(line)
-            self._last_step = max(self._last_step, event.step)
-            if isinstance(event, ScalarEvent) and event.name == "loss":
-                self._note_loss(event)
-            urgent = self._note_fault(event)
-            now = time.monotonic()
-            if urgent or now - self._last_flush > STATUS_EVERY_S:  # seen elsewhere within ~1 s
-                self._events.flush()
-                self._last_flush = now
-                self._status["step"] = self._last_step + 1
-                _write_json_atomically(self.run.path / "status.json", self._status)
+            try:
+                if self._failure is None:
+                    self._record(event, line)
+            except OSError as error:
+                self._failure = self._store_error("record", error)
+            if self._failure is not None and not self._failure_raised:
+                self._failure_raised = True
+                raise self._failure
+
+    def _record(self, event: PhaseEvent | ScalarEvent, line: bytes) -> None:
+        self._append(line)
+        self._last_step = max(self._last_step, event.step)
+        if isinstance(event, ScalarEvent) and event.name == "loss":
+            self._note_loss(event)
+        urgent = self._note_fault(event)
+        now = time.monotonic()
+        if urgent or now - self._last_flush > STATUS_EVERY_S:  # seen elsewhere within ~1 s
+            self._last_flush = now
+            self._status["step"] = self._last_step + 1
+            write_json_atomically(self.run.path / "status.json", _status_text(self._status))
+
+    def _append(self, line: bytes) -> None:
+        """One whole line at the end of the events file, in one write; a write cut short (a
+        full disk) is taken back, so the file always ends on a whole line."""
+        written = os.write(self._events, line)
+        if written < len(line):
+            os.ftruncate(self._events, self._events_size)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self._events_size += written
+
+    def _store_error(self, doing: str, error: OSError) -> StoreError:
+        reason = error.strerror or str(error)
+        return StoreError(
+            f"could not {doing} run {self.run.run_id} in the run store at "
+            f"{self.run.path.parent}: {reason}"
+        )
 
     def _note_fault(self, event: PhaseEvent | ScalarEvent) -> bool:
         """Count a fault event into the status; True if status.json should say so now."""
@@ -191,23 +315,50 @@ class RunRecorder:
             self._status["samples_per_second"] = rate
 
     def annotate(self, **fields: Any) -> None:
-        """Add facts about the live run to status.json (e.g. its cluster's dashboard link)."""
+        """Add facts about the live run to status.json (e.g. its cluster's dashboard link).
+        Called from a watcher thread: a failure to write is kept for :meth:`record`."""
         with self._lock:
             self._status.update(fields)
-            _write_json_atomically(self.run.path / "status.json", self._status)
+            if self._failure is not None:
+                return
+            try:
+                write_json_atomically(self.run.path / "status.json", _status_text(self._status))
+            except OSError as error:
+                self._failure = self._store_error("record", error)
 
     def finish(self, state: str, summary: dict | None = None, error: str | None = None) -> None:
+        """End the record as ``state`` (``failed``, with the reason, if recording failed).
+        Raises :class:`StoreError` when the record could not be ended as it should, or when
+        recording failed and no :meth:`record` has said so yet."""
         if state not in STATES:
             raise ValueError(f"state: {state!r} is not one of {', '.join(STATES)}")
         with self._lock:
-            self._events.close()
-        if summary is not None:
-            _write_json_atomically(self.run.path / "summary.json", summary)
+            if not self._closed:
+                self._closed = True
+                os.close(self._events)
+            failure, told = self._failure, self._failure_raised
+        if summary is not None and failure is None:
+            try:
+                write_json_atomically(self.run.path / "summary.json", summary)
+            except OSError as write_error:
+                failure, told = self._store_error("record the summary of", write_error), False
+        if failure is not None:
+            state, error = "failed", str(failure)
         status = self._status
         status.update(state=state, error=error, ended=time.time(), step=self._last_step + 1)
         if summary is not None and summary.get("samples_per_second") is not None:
             status["samples_per_second"] = summary["samples_per_second"]
-        _write_json_atomically(self.run.path / "status.json", status)
+        path = self.run.path / "status.json"
+        try:
+            write_json_atomically(path, _status_text(status))
+        except OSError:
+            try:
+                overwrite_json(path, _status_text(status))  # frees the old file's space first
+            except OSError as last:
+                raise self._store_error("record the end of", last) from failure
+        if failure is not None and not told:
+            self._failure_raised = True
+            raise failure
 
 
 class RunStore:
@@ -216,19 +367,51 @@ class RunStore:
     def __init__(self, root: str | os.PathLike | None = None) -> None:
         self.root = Path(root) if root is not None else default_store_root()
 
+    def _existing_root(self) -> bool:
+        """Whether the root exists; raises :class:`StoreError` when it is not this user's
+        own directory closed to others' writes (planted runs would be listed, reopened and
+        exported). An own directory others may only read is made owner-only."""
+        try:
+            found = os.lstat(self.root)
+        except FileNotFoundError:
+            return False
+        except OSError as error:
+            raise StoreError(
+                f"the run store at {self.root} cannot be used: {error.strerror}"
+            ) from None
+        if (
+            not stat.S_ISDIR(found.st_mode)
+            or found.st_uid != os.geteuid()
+            or found.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        ):
+            refused = ForeignPathError(self.root, describe(found), "a private directory")
+            raise StoreError(
+                f"run store: {refused} (set ${STORE_ENVIRONMENT} to a directory of your own)"
+            ) from refused
+        if stat.S_IMODE(found.st_mode) & 0o077:
+            # Runs hold configurations, data paths and losses; calibrations a cluster's layout.
+            os.chmod(self.root, 0o700, follow_symlinks=False)
+        return True
+
     def private_root(self) -> Path:
-        """The store's directory, made readable by its owner only when this makes it (runs
-        hold configurations, data paths and losses; calibrations a cluster's layout)."""
-        if not self.root.is_dir():
-            self.root.mkdir(parents=True, mode=0o700, exist_ok=True)
-            os.chmod(self.root, 0o700)  # mkdir's mode passes through the umask
+        """The store's directory, only its owner may enter, made (with its parents) when
+        missing; :class:`StoreError` when it is someone else's (see :meth:`_existing_root`)."""
+        if not self._existing_root():
+            try:
+                ensure_private_directory(self.root, parents=True)
+            except ForeignPathError as error:  # made by someone else since the check above
+                raise StoreError(f"run store: {error}") from error
+            except OSError as error:
+                raise StoreError(
+                    f"the run store at {self.root} cannot be made: {error.strerror or error}"
+                ) from error
         return self.root
 
     def create(self, run_id: str, config: dict, steps: int | None = None) -> RunRecorder:
         """A new run, ``running``; ``steps`` is how many global steps it will take."""
+        if not valid_run_id(run_id):
+            raise ValueError(f"run id {run_id[:80]!r}: a run id has {RUN_ID_RULE}")
         path = self.private_root() / run_id
-        path.mkdir(parents=True, exist_ok=False)
-        _write_json_atomically(path / "config.json", config)
         status = {
             "state": "running",
             "error": None,
@@ -243,19 +426,44 @@ class RunStore:
             "hostname": socket.gethostname(),
             **FaultTally().status(),
         }
-        _write_json_atomically(path / "status.json", status)
-        return RunRecorder(StoredRun(run_id, path))
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            raise StoreError(
+                f"run {run_id} already exists in the run store at {self.root}"
+            ) from None
+        except OSError as error:
+            raise StoreError(
+                f"could not record run {run_id} in the run store at {self.root}: "
+                f"{error.strerror or error}"
+            ) from error
+        try:
+            write_json_atomically(path / "config.json", config)
+            write_json_atomically(path / "status.json", _status_text(status))
+            return RunRecorder(StoredRun(run_id, path))
+        except OSError as error:
+            shutil.rmtree(path, ignore_errors=True)  # nothing half-recorded
+            raise StoreError(
+                f"could not record run {run_id} in the run store at {self.root}: "
+                f"{error.strerror or error}"
+            ) from error
+
+    def entries(self) -> list[RunEntry]:
+        """Every run in the store as a listing shows it, oldest first; a damaged one is
+        listed ``damaged``, never left out and never in the way of the others. A run found
+        ``lost`` (its process gone) is marked so in its status.json when it is this user's."""
+        if not self._existing_root():
+            return []
+        entries = []
+        for path in self.root.iterdir():
+            if valid_run_id(path.name) and _is_regular(path / "status.json"):
+                entry = StoredRun(path.name, path).entry()
+                entries.append(_mark_lost(entry) if entry.state == "lost" else entry)
+        return sorted(entries, key=_listing_order)
 
     def runs(self) -> list[StoredRun]:
-        """Every run in the store, oldest first."""
-        if not self.root.is_dir():
-            return []
-        found = [
-            StoredRun(path.name, path)
-            for path in self.root.iterdir()
-            if (path / "status.json").exists()
-        ]
-        return sorted(found, key=lambda run: run.status().get("started") or 0)
+        """Every run in the store, oldest first (damaged ones too; see :meth:`entries`)."""
+        return [StoredRun(entry.run_id, entry.path) for entry in self.entries()]
 
     def calibration_path(self, signature: str) -> Path:
         """Where the calibration of the cluster named by ``signature`` is cached (beside the
@@ -263,20 +471,72 @@ class RunStore:
         return self.root / "calibrations" / f"{signature}.json"
 
     def load_calibration(self, signature: str) -> str | None:
+        if not self._existing_root():
+            return None
         path = self.calibration_path(signature)
         return path.read_text(encoding="utf-8") if path.exists() else None
 
     def save_calibration(self, signature: str, text: str) -> None:
+        """Cache a calibration; :class:`StoreError` when it cannot be written (a full disk)."""
         self.private_root()
         path = self.calibration_path(signature)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, path)
+        try:
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            try:
+                temporary.write_text(text, encoding="utf-8")
+                os.replace(temporary, path)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    temporary.unlink()
+                raise
+        except OSError as error:
+            raise StoreError(
+                f"could not save a calibration in the run store at {self.root}: "
+                f"{error.strerror or error}"
+            ) from error
 
     def open(self, run_id: str) -> StoredRun:
+        """The run ``run_id``; ``KeyError`` when there is none (or the id breaks the rule)."""
+        if not valid_run_id(run_id):
+            raise KeyError(
+                f"no run {str(run_id)[:80]!r} in the run store: a run id has {RUN_ID_RULE}"
+            )
         path = self.root / run_id
-        if not (path / "status.json").exists():
-            known = ", ".join(run.run_id for run in self.runs()) or "none"
+        if not (self._existing_root() and _is_regular(path / "status.json")):
+            known = ", ".join(entry.run_id for entry in self.entries()) or "none"
             raise KeyError(f"run {run_id!r} is not in the store at {self.root} (runs: {known})")
         return StoredRun(run_id, path)
+
+
+def _listing_order(entry: RunEntry) -> tuple[float, str]:
+    """When the run started (a damaged one: when its directory last changed), then its id."""
+    started = entry.started
+    if started is None:
+        with contextlib.suppress(OSError):
+            started = entry.path.stat().st_mtime
+    return (started if started is not None else 0.0, entry.run_id)
+
+
+def _mark_lost(entry: RunEntry) -> RunEntry:
+    """``entry`` with its status.json marked ``lost`` (the reason in ``error``) when this
+    user owns it; unchanged on disk otherwise (another user's run, a read-only store)."""
+    path = entry.path / "status.json"
+    try:
+        raw = read_json(path)
+        reason = lost_reason(raw) if isinstance(raw, dict) else None
+        if reason is None or os.lstat(path).st_uid != os.geteuid():
+            return entry
+        status = {**raw, "state": "lost", "error": reason, "ended": time.time()}
+        write_json_atomically(path, _status_text(status))
+    except (OSError, ValueError):
+        return entry
+    return RunEntry(
+        entry.run_id,
+        entry.path,
+        entry.config,
+        finite_or_none(status),
+        "lost",
+        entry.damage,
+        entry.non_finite,
+    )

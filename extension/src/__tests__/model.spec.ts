@@ -98,7 +98,9 @@ describe('parsing', () => {
       restarts: null,
       failures: null,
       droppedUpdates: null,
-      recoverySeconds: []
+      recoverySeconds: [],
+      damage: null,
+      nonFinite: []
     });
   });
 

@@ -141,3 +141,43 @@ describe('RunsSidebar fault line', () => {
     expect(line.hidden).toBe(false);
   });
 });
+
+describe('RunsSidebar damaged and non-finite runs', () => {
+  const DAMAGED = {
+    id: 'run-damaged',
+    strategy: null,
+    devices: null,
+    state: 'damaged',
+    damage: 'status.json is not valid JSON (truncated or corrupted)',
+    non_finite: []
+  };
+  const DIVERGED = { ...RUN, id: 'run-nan', state: 'finished', loss: null, non_finite: ['loss'] };
+
+  it('lists them with their reason and mark, the other runs as they are', async () => {
+    const listing = { runs: [DIVERGED, DAMAGED, CLEAN] };
+    const model = new RunsModel({ serverSettings: serve(listing), autoStart: false });
+    const sidebar = new RunsSidebar({ model, openRun: jest.fn(), stopRun: jest.fn() });
+    await model.refresh();
+    const node = sidebar.node;
+    const row = (id: string) =>
+      node.querySelector<HTMLElement>(`.jp-WorkbenchRun[data-run-id="${id}"]`);
+    const problem = (id: string) => row(id)?.querySelector<HTMLElement>('.jp-WorkbenchRun-problem');
+    expect(model.status).toBe('ready');
+    expect(row('run-damaged')?.querySelector('.jp-WorkbenchRun-state')?.textContent).toBe(
+      'damaged'
+    );
+    expect(problem('run-damaged')?.textContent).toBe(
+      'Damaged: status.json is not valid JSON (truncated or corrupted)'
+    );
+    expect(problem('run-damaged')?.hidden).toBe(false);
+    expect(row('run-damaged')?.querySelector<HTMLElement>('.jp-WorkbenchRun-stop')?.hidden).toBe(
+      true
+    );
+    expect(problem('run-nan')?.textContent).toBe('NaN/∞: loss');
+    expect(row('run-nan')?.querySelector('.jp-WorkbenchRun-loss')?.textContent).toBe('–');
+    expect(problem('run-0')?.hidden).toBe(true);
+    expect(row('run-0')?.querySelector('.jp-WorkbenchRun-loss')?.textContent).toBe('0.5000');
+    sidebar.dispose();
+    model.dispose();
+  });
+});

@@ -14,6 +14,8 @@ const SHOTS = path.join(__dirname, '..', 'test-results', 'screenshots');
 interface IRuns {
   finished: string;
   live: string;
+  diverged: string;
+  damaged: string;
 }
 
 function runs(): IRuns {
@@ -101,6 +103,41 @@ test.describe('dtrain workbench', () => {
     await shot(page, '02-sidebar');
   });
 
+  test('a diverged run and a damaged run are listed flagged, the others intact', async ({
+    page
+  }) => {
+    const { finished, live, diverged, damaged } = runs();
+    const response = await page.request.get('/workbench/api/runs');
+    expect(response.status()).toBe(200);
+    // JSON.parse is strict: a NaN anywhere in the answer would throw here.
+    const records = (JSON.parse(await response.text()) as { runs: Record<string, unknown>[] })
+      .runs;
+    const byId = new Map(records.map(record => [record.id, record]));
+    expect([...byId.keys()]).toEqual(expect.arrayContaining([finished, live, diverged, damaged]));
+    expect(byId.get(damaged)?.state).toBe('damaged');
+    expect(byId.get(damaged)?.damage).toContain('status.json');
+    expect(byId.get(diverged)?.non_finite).toEqual(['loss']);
+    expect(byId.get(diverged)?.loss).toBeNull();
+    expect(byId.get(finished)?.state).toBe('finished');
+    const clusters = await page.request.get('/workbench/api/clusters');
+    expect(clusters.status()).toBe(200);
+
+    const sidebar = await openSidebar(page);
+    const damagedRow = sidebar.locator(`.jp-WorkbenchRun[data-run-id="${damaged}"]`);
+    await expect(damagedRow.locator('.jp-WorkbenchRun-state')).toHaveText('damaged');
+    await expect(damagedRow.locator('.jp-WorkbenchRun-problem')).toHaveText(
+      /^Damaged: status\.json is not valid JSON/
+    );
+    const divergedRow = sidebar.locator(`.jp-WorkbenchRun[data-run-id="${diverged}"]`);
+    await expect(divergedRow.locator('.jp-WorkbenchRun-problem')).toHaveText('NaN/∞: loss');
+    await expect(divergedRow.locator('.jp-WorkbenchRun-loss')).toHaveText('–');
+    const finishedRow = sidebar.locator(`.jp-WorkbenchRun[data-run-id="${finished}"]`);
+    await expect(finishedRow.locator('.jp-WorkbenchRun-state')).toHaveText('finished');
+    await expect(finishedRow.locator('.jp-WorkbenchRun-problem')).toBeHidden();
+    await expect(sidebar.locator('.jp-WorkbenchSidebar-status')).toBeHidden();
+    await shot(page, '02b-flagged-runs');
+  });
+
   test('opening runs shows their chart panels with Bokeh plots', async ({ page }) => {
     const { finished, live } = runs();
     const sidebar = await openSidebar(page);
@@ -184,8 +221,8 @@ test.describe('dtrain workbench', () => {
     // is the one link between the two) until it finishes.
     await page.notebook.run();
     const sidebar = await openSidebar(page);
-    const { finished, live } = runs();
-    const known = [finished, live];
+    const { finished, live, diverged, damaged } = runs();
+    const known = [finished, live, diverged, damaged];
     const rows = sidebar.locator('.jp-WorkbenchRun');
     await expect(rows).toHaveCount(known.length + 1, { timeout: 120000 });
     const fresh = rows.first(); // newest first
