@@ -15,7 +15,9 @@ cluster starts. Each :class:`ConfigError` names the flag and the allowed values.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,10 @@ from workbench.optim import DECAY_RULES, OPTIMIZER_NAMES, SCALING_RULES
 DTYPE_NAMES = ("float32", "float64")
 DEVICE_TYPE_NAMES = ("auto", "cpu", "gpu")
 PROTOCOL_NAMES = ("tcp", "ucx")
+CLUSTER_SCHEMES = ("tcp", "tls", "ucx", "ucxx")
+# Counts (steps, seeds, devices, micro-batches) beyond a 32-bit integer are typos, and overflow
+# the int32/int64 arithmetic of schedules and samplers.
+MAX_INTEGER_OPTION = 2**31 - 1
 DEFAULT_EPOCHS = 10
 
 
@@ -37,6 +43,11 @@ class ConfigError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+
+
+def _finite_number(value: Any) -> bool:
+    """An int or float that is neither NaN nor infinite (``float("1e400")`` is infinite)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 def flag_of(name: str) -> str:
@@ -95,6 +106,10 @@ class Option:
                     f"unknown {noun} {value!r}; choose one of: {', '.join(self.choices)}",
                 )
             return
+        if self.type is float and value is not None and not _finite_number(value):
+            raise ConfigError(self.flag, f"must be a finite number, got {value!r}")
+        if self.type is int and isinstance(value, int) and value > MAX_INTEGER_OPTION:
+            raise ConfigError(self.flag, f"must be at most {MAX_INTEGER_OPTION}, got {value}")
         if self.minimum is not None:
             numeric = int if self.type is int else int | float
             if isinstance(value, bool) or not isinstance(value, numeric) or value < self.minimum:
@@ -447,6 +462,10 @@ def check_run_options(config: RunConfig) -> None:
     if kind == "npz" and not Path(argument).expanduser().is_file():
         raise ConfigError("--dataset", f"npz file {argument} does not exist")
     joins = config.cluster is not None or config.scheduler_file is not None
+    if isinstance(config.cluster, str):
+        check_cluster_address(config.cluster)
+    if config.scheduler_file is not None:
+        check_scheduler_file(config.scheduler_file)
     if config.cluster is not None and config.scheduler_file is not None:
         raise ConfigError(
             "--scheduler-file",
@@ -477,10 +496,59 @@ def check_run_options(config: RunConfig) -> None:
         check_output_directory("--tensorboard", config.tensorboard)
     if config.epochs is not None and config.steps is not None:
         raise ConfigError("--epochs", "give either --epochs or --steps, not both")
-    if config.lr is not None and (
-        isinstance(config.lr, bool) or not isinstance(config.lr, int | float) or not config.lr > 0
-    ):
-        raise ConfigError("--lr", f"must be a number > 0, got {config.lr!r}")
+    if config.lr is not None and (not _finite_number(config.lr) or not config.lr > 0):
+        raise ConfigError("--lr", f"must be a finite number > 0, got {config.lr!r}")
+
+
+def check_cluster_address(address: str) -> None:
+    """``--cluster``: ``HOST:PORT`` or ``SCHEME://HOST:PORT`` with a scheme a scheduler
+    listens on across processes (``inproc://`` is one process's, ``file://`` none).
+
+    Examples
+    --------
+    >>> check_cluster_address("tls://10.0.0.5:8786")
+    >>> try:
+    ...     check_cluster_address("inproc://10.0.0.5/1/1")
+    ... except ConfigError as error:
+    ...     print(str(error).split(";")[0])
+    --cluster: inproc://10.0.0.5/1/1 uses scheme inproc
+    """
+    scheme, separator, rest = address.partition("://")
+    if not separator:
+        scheme, rest = "tcp", address
+    if scheme not in CLUSTER_SCHEMES:
+        raise ConfigError(
+            "--cluster",
+            f"{address} uses scheme {scheme}; a scheduler address is HOST:PORT or "
+            f"SCHEME://HOST:PORT with SCHEME one of: {', '.join(CLUSTER_SCHEMES)}",
+        )
+    host, colon, port = rest.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            "--cluster",
+            f"{address} is not HOST:PORT with a port in 1-65535 (e.g. tcp://10.0.0.5:8786)",
+        )
+
+
+def check_scheduler_file(path: Any) -> None:
+    """``--scheduler-file``: a small regular file once it exists (it may appear later, with
+    ``--wait-for-workers``); a FIFO or a device is refused before anything opens it."""
+    if not isinstance(path, str | os.PathLike) or not os.fspath(path):
+        raise ConfigError("--scheduler-file", f"expected a file path, got {path!r}")
+    target = Path(path).expanduser()
+    try:
+        status = target.stat()
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise ConfigError("--scheduler-file", f"cannot read {target}: {error.strerror}") from None
+    if not stat.S_ISREG(status.st_mode):
+        raise ConfigError("--scheduler-file", f"{target} is not a regular file")
+    if status.st_size > 2**20:
+        raise ConfigError(
+            "--scheduler-file",
+            f"{target} has {status.st_size} bytes; a scheduler file is a small JSON document",
+        )
 
 
 def check_tls_files(config: RunConfig, joins: bool) -> None:
@@ -559,10 +627,11 @@ def straggler_pairs(stragglers: Any) -> tuple[tuple[str, float], ...]:
                 "--simulate-straggler", f"expected DEVICE=FACTOR like task:1=3, got {entry!r}"
             )
         device, factor = entry
-        if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 1:
+        if not _finite_number(factor) or not factor >= 1:
             raise ConfigError(
                 "--simulate-straggler",
-                f"{device}={factor}: the factor must be a number >= 1 (how many times slower)",
+                f"{device}={factor}: the factor must be a finite number >= 1 (how many times "
+                "slower)",
             )
         pairs.append((str(device), float(factor)))
     return tuple(pairs)
@@ -590,6 +659,7 @@ def overflow_steps(steps: Any) -> tuple[int, ...]:
 
 def check_checkpoint_paths(config: RunConfig) -> None:
     if config.save is not None:
+        check_output_directory("--save", config.save)
         target = Path(config.save).expanduser()
         if target.exists() and not target.is_dir():
             raise ConfigError("--save", f"{target} exists and is not a directory")
@@ -613,4 +683,11 @@ def check_checkpoint_paths(config: RunConfig) -> None:
 def total_steps(config: RunConfig, steps_per_epoch: int) -> int:
     if config.steps is not None:
         return config.steps
-    return (config.epochs or DEFAULT_EPOCHS) * steps_per_epoch
+    steps = (config.epochs or DEFAULT_EPOCHS) * steps_per_epoch
+    if steps > MAX_INTEGER_OPTION:
+        raise ConfigError(
+            "--epochs",
+            f"{config.epochs} epochs of {steps_per_epoch} steps are {steps} steps, more than "
+            f"{MAX_INTEGER_OPTION}",
+        )
+    return steps

@@ -12,7 +12,7 @@ from pathlib import Path
 from workbench.config import ConfigError, check_output_directory
 from workbench.events.tensorboard import write_run
 from workbench.runtime.devices import device_tag
-from workbench.store import RunStore, StoredRun
+from workbench.store import RUN_ID_RULE, RunStore, StoredRun, StoreError, valid_run_id
 
 PROG = "dtrain export"
 RUNS_LISTED = 10  # the newest runs an unknown id's message names
@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def open_run(store: RunStore, run_id: str) -> StoredRun:
     """The stored run ``run_id``, or a :class:`ConfigError` saying where runs are listed."""
+    if not valid_run_id(run_id):
+        # Checked before the id touches a path: "../x" would name a run outside the store
+        # and an export folder outside DIR.
+        raise ConfigError("RUN_ID", f"{run_id[:80]!r} is not a run id ({RUN_ID_RULE})")
     try:
         return store.open(run_id)
     except KeyError:
@@ -83,7 +87,7 @@ def export_command(argv: Sequence[str]) -> int:
         arguments = build_parser().parse_args(list(argv))
         run = open_run(RunStore(), arguments.run_id)
         target, tags = export_tensorboard(run, arguments.tensorboard)
-    except ConfigError as error:
+    except (ConfigError, StoreError) as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     print(f"wrote {len(tags)} scalar tags to {target}")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 
@@ -20,13 +19,14 @@ from workbench.launch.flags import (
     parse_run_flags,
 )
 from workbench.launch.graph_plans import graph_plan
+from workbench.launch.machine_limits import build_checked_model
 from workbench.launch.run_link import RunLink, new_run_id
 from workbench.launch.runner import PreparedRun, RunResult, prepare_run, stderr_progress
 from workbench.launch.what_if import calibrate_cluster, calibration_summary, model_for, plan_what_if
-from workbench.models import build_model
 from workbench.parallel.dispatch import DeviceFailure
 from workbench.planner.what_if import format_table
 from workbench.runtime.cluster import ClusterError
+from workbench.safe_io import strict_dumps
 from workbench.store import RunStore
 
 USAGE = """usage: dtrain <command> [flags]
@@ -54,9 +54,12 @@ def run_command(argv: Sequence[str]) -> int:
     except DeviceFailure as error:
         print(f"dtrain run: a device failed: {error}", file=sys.stderr)
         return 1
+    except MemoryError as error:
+        print(f"dtrain run: out of memory: {error or 'an allocation failed'}", file=sys.stderr)
+        return 1
 
     if config.json:
-        print(json.dumps(result.summary, indent=2))
+        print(strict_dumps(result.summary, indent=2))
     return 0
 
 
@@ -78,7 +81,7 @@ def plan_command(argv: Sequence[str]) -> int:
         if request.what_if:
             return _what_if(config, request)
         dataset = load_dataset(config.dataset, seed=config.seed)
-        model = build_model(config.model, dataset.input_shape, dataset.num_classes, config.hidden)
+        model = build_checked_model(config, dataset.input_shape, dataset.num_classes, 1)
         plan = graph_plan(config, model)
     except USER_ERRORS as error:
         print(f"dtrain plan: error: {error}", file=sys.stderr)
@@ -96,7 +99,7 @@ def _what_if(config, request: PlanRequest) -> int:
         return 2
     if config.json:
         configurations = [row.to_dict() for row in plan.rows]
-        print(json.dumps({"source": plan.source, "configurations": configurations}, indent=2))
+        print(strict_dumps({"source": plan.source, "configurations": configurations}, indent=2))
         return 0
     print(f"what if: {config.model}, batch {config.batch_size}, {plan.source}")
     print(format_table(plan.rows))
@@ -114,7 +117,7 @@ def calibrate_command(argv: Sequence[str]) -> int:
         return 2
     summary = calibration_summary(calibrated)
     if config.json:
-        print(json.dumps(summary, indent=2))
+        print(strict_dumps(summary, indent=2))
     else:
         for key, value in summary.items():
             print(f"{key:<24} {value}")

@@ -6,25 +6,28 @@ written after training succeeded (and then atomically).
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from workbench.checkpoint import load_checkpoint
+from workbench.checkpoint import check_fits_model, load_checkpoint
 from workbench.config import ConfigError, RunConfig, total_steps
 from workbench.dashboard import DashboardObserver
 from workbench.data import Dataset, DatasetError, GlobalBatchSampler, load_dataset
 from workbench.events import EventLog, summarize
+from workbench.launch.machine_limits import build_checked_model, check_local_devices
 from workbench.launch.tensorboard_run import LiveTensorBoard
-from workbench.models import Sequential, build_model
-from workbench.optim import LearningRateSchedule, make_optimizer
+from workbench.models import Sequential
+from workbench.optim import LearningRateSchedule, init_slots, make_optimizer
 from workbench.planner.device_costs import measured_costs
 from workbench.planner.predict import PlanningError, Prediction, predict
 from workbench.runtime import array_module, resolve_device_type
+from workbench.runtime.cluster_target import ClusterError, ClusterTarget, read_scheduler_file
+from workbench.runtime.scheduler_probe import SchedulerProbeError, probe_scheduler
 from workbench.strategies import STRATEGIES, StrategyDefinition, validate_config
 from workbench.strategies.cluster_strategy import ClusterStrategy
 from workbench.training.job import Progress, TrainingJob, evaluate_on_test
@@ -61,20 +64,23 @@ def _check_resume(config: RunConfig, saved: dict) -> None:
             )
 
 
-def check_scheduler_reachable(address: str, timeout: float = 3.0) -> None:
-    """Fail now, naming ``--cluster``, if nothing listens at a TCP scheduler address (a run in
-    the background would otherwise fail only later, out of sight)."""
-    from distributed.comm.addressing import get_address_host_port, parse_address
-
+def check_scheduler_reachable(target: ClusterTarget, timeout: float = 3.0) -> None:
+    """Fail now, naming the flag, if no Dask scheduler answers at ``--cluster`` or at the
+    address of an existing ``--scheduler-file`` (a run in the background would otherwise
+    fail only later, out of sight; a file still to be written is waited for at the join)."""
+    address = target.address
+    if target.scheduler_file is not None:
+        path = Path(target.scheduler_file).expanduser()
+        if not path.exists():
+            return
+        try:
+            address = read_scheduler_file(path)
+        except ClusterError as error:
+            raise ConfigError(target.flag, str(error).partition(": ")[2]) from None
     try:
-        scheme, _ = parse_address(address)
-        if scheme not in ("tcp", "tls"):
-            return  # other transports (ucx, inproc) are checked when the client connects
-        host, port = get_address_host_port(address)
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
-    except (OSError, ValueError) as error:
-        raise ConfigError("--cluster", f"cannot reach a scheduler at {address}: {error}") from None
+        probe_scheduler(address, target.ssl_context(), timeout)
+    except SchedulerProbeError as error:
+        raise ConfigError(target.flag, str(error)) from None
 
 
 @dataclass
@@ -116,12 +122,16 @@ def prepare_run(
     given to ``fit``) rather than loaded by name."""
     wall_start = time.perf_counter()
     config = validate_config(config)
-    if isinstance(config.cluster, str):
-        check_scheduler_reachable(config.cluster)
     strategy = STRATEGIES[config.strategy]
     # A run in this process uses this machine's device; a cluster run's device type is decided
     # by its workers' reports (workbench/runtime/device_probe.py), which may be elsewhere.
     in_process = not isinstance(strategy, ClusterStrategy)
+    target = ClusterTarget.of(config)
+    local_devices = 1 if in_process else config.devices if target.starts_its_own else 0
+    if local_devices > 1:
+        check_local_devices(config)
+    if target.address is not None or target.scheduler_file is not None:
+        check_scheduler_reachable(target)
     device_type = resolve_device_type(config.device_type) if in_process else config.device_type
     checkpoint = load_checkpoint(config.resume) if config.resume else None
     if checkpoint is not None:
@@ -135,7 +145,7 @@ def prepare_run(
     except DatasetError as error:
         raise ConfigError("--dataset", str(error)) from None
     if model is None:
-        model = build_model(config.model, dataset.input_shape, dataset.num_classes, config.hidden)
+        model = build_checked_model(config, dataset.input_shape, dataset.num_classes, local_devices)
     elif model.input_shape != tuple(dataset.input_shape) or model.output_shape != (
         dataset.num_classes,
     ):
@@ -145,6 +155,11 @@ def prepare_run(
             f"has inputs {tuple(dataset.input_shape)} and {dataset.num_classes} classes",
         )
     optimizer = make_optimizer(config.optimizer)
+    if checkpoint is not None:  # a misfit would fail only mid-training, on a device
+        parameters = model.init_parameters(config.seed, config.dtype)
+        slots = init_slots(optimizer, parameters)
+        specs = [{n: (a.shape, a.dtype.name) for n, a in d.items()} for d in (parameters, slots)]
+        check_fits_model(config.resume, checkpoint, *specs, config.optimizer)
     try:
         sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
     except DatasetError as error:

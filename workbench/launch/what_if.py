@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from workbench.config import ConfigError, RunConfig
 from workbench.costs import Calibration
 from workbench.data import load_dataset
-from workbench.models import Sequential, build_model
+from workbench.launch.machine_limits import build_checked_model, check_local_devices
+from workbench.models import Sequential
 from workbench.optim import make_optimizer
 from workbench.planner.device_costs import DeviceCosts, described_costs, measured_costs
 from workbench.planner.what_if import MICROBATCH_CHOICES, WhatIfRow, rank_rows, what_if
@@ -28,6 +29,7 @@ from workbench.runtime.calibration_probe import (
     session_signature,
 )
 from workbench.runtime.cluster import start_run_cluster
+from workbench.runtime.cluster_target import ClusterTarget
 from workbench.runtime.devices import device_name
 from workbench.simulate import ClusterDescription, parse_cluster
 from workbench.store import RunStore
@@ -58,7 +60,7 @@ def what_if_batch_sizes(batch_size: int, devices: int) -> list[int]:
 def model_for(config: RunConfig) -> Sequential:
     """The model ``config`` names, shaped for its data set."""
     dataset = load_dataset(config.dataset, seed=config.seed)
-    return build_model(config.model, dataset.input_shape, dataset.num_classes, config.hidden)
+    return build_checked_model(config, dataset.input_shape, dataset.num_classes, 1)
 
 
 def calibrate_cluster(
@@ -71,6 +73,8 @@ def calibrate_cluster(
     """Calibrate (or read the cache of) the cluster ``config`` names, for ``model``;
     ``fresh`` measures everything again and replaces the cache (``dtrain calibrate``: a
     calibration taken while the machine was busy would otherwise stay)."""
+    if ClusterTarget.of(config).starts_its_own:
+        check_local_devices(config)
     store = store or RunStore()
     optimizer = make_optimizer(config.optimizer)
     sizes = what_if_batch_sizes(config.batch_size, config.devices)

@@ -13,6 +13,7 @@ joined.
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,9 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError, RunConfig
+from workbench.runtime.scheduler_probe import SchedulerProbeError, probe_scheduler
 
 Progress = Callable[[str], None]
 POLL_SECONDS = 0.25  # how often a waiting run looks again for its scheduler file or workers
+PROBE_SECONDS = 10.0  # the longest a scheduler may take to answer a new connection
+MAX_SCHEDULER_FILE_BYTES = 2**20
 
 
 class ClusterError(RuntimeError):
@@ -95,13 +99,25 @@ class ClusterTarget:
         try:
             if self.cluster is not None:
                 return Client(self.cluster, **options), True
+            address = self.address
             if self.scheduler_file is not None:
                 path = Path(self.scheduler_file).expanduser()
                 _wait_for_file(path, wait or 0.0, progress)
-                return Client(scheduler_file=str(path), **options), True
-            return Client(self.address, **options), True
+                address = read_scheduler_file(path)
+            probe_scheduler(address, self.ssl_context(), min(timeout, PROBE_SECONDS))
+            return Client(address, **options), True
         except (OSError, TimeoutError) as error:
             raise ClusterError(f"{self.flag}: cannot reach {self.describe()}: {error}") from None
+        except SchedulerProbeError as error:
+            raise ClusterError(f"{self.flag}: {error}") from None
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The client's TLS context for a probe: from ``--tls-*`` files, else Dask's
+        ``distributed.comm.tls`` configuration (None when neither sets one)."""
+        from distributed.security import Security
+
+        security = self.security() if self.tls is not None else Security()
+        return security.get_connection_args("client").get("ssl_context")
 
     def security(self) -> Any:
         """The client's TLS credentials from ``--tls-ca-file``, ``--tls-cert``, ``--tls-key``
@@ -134,6 +150,39 @@ def address_of(value: Any) -> str:
     if is_client(value):
         return str(value.scheduler.address)
     return str(value.scheduler_address)
+
+
+def read_scheduler_file(path: Path) -> str:
+    """The scheduler address in a scheduler file (JSON with an ``address``), read only from
+    a regular file of sane size (a FIFO would block, ``/dev/zero`` never end)."""
+    import json
+    import os
+    import stat
+
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        raise ClusterError(f"--scheduler-file: cannot open {path}: {error.strerror}") from None
+    with os.fdopen(descriptor, "rb") as file:
+        status = os.fstat(file.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise ClusterError(f"--scheduler-file: {path} is not a regular file")
+        if status.st_size > MAX_SCHEDULER_FILE_BYTES:
+            raise ClusterError(
+                f"--scheduler-file: {path} has {status.st_size} bytes; a scheduler file is "
+                f"a small JSON document (at most {MAX_SCHEDULER_FILE_BYTES})"
+            )
+        text = file.read(MAX_SCHEDULER_FILE_BYTES + 1)
+    try:
+        address = json.loads(text).get("address")
+    except (ValueError, AttributeError):
+        address = None
+    if not isinstance(address, str) or not address:
+        raise ClusterError(
+            f"--scheduler-file: {path} is not a Dask scheduler file (JSON with an address, as "
+            "dask scheduler --scheduler-file writes)"
+        )
+    return address
 
 
 def _wait_for_file(path: Path, seconds: float, progress: Progress) -> None:
