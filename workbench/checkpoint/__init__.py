@@ -19,10 +19,16 @@ Atomicity
     A directory holding anything but a checkpoint is never replaced.
 
 Verification
-    Loading never unpickles. The manifest is checked first (format, version, own checksum,
-    schema), then each archive's size and SHA-256 before it is parsed, then its arrays'
-    names, shapes and dtypes against the manifest. Every refusal is a :class:`CheckpointError`
-    whose message starts with the full path of the offending file.
+    Loading never unpickles. Every file must be a regular file (a FIFO is refused, never
+    waited on). The manifest is checked first (size, format, version, own checksum, schema),
+    then the memory its arrays take, then each archive's size and SHA-256 before it is parsed,
+    then its arrays' names, and each array's header (shape, number dtype, bytes) before it is
+    allocated, against the manifest. :func:`check_fits_model` then checks the arrays against
+    the model and optimizer of the run that resumes them, before it starts. Every refusal is a
+    :class:`CheckpointError` whose message starts with the full path of the offending file.
+
+    The checksums are not keyed: they catch corruption and careless edits, not a writer who
+    recomputes them (docs/security/files.md, "Checksums catch corruption, not a writer").
 """
 
 from workbench.checkpoint.layout import (
@@ -32,6 +38,7 @@ from workbench.checkpoint.layout import (
     CheckpointError,
 )
 from workbench.checkpoint.load import load_checkpoint
+from workbench.checkpoint.model_fit import check_fits_model
 from workbench.checkpoint.save import save_checkpoint
 
 __all__ = [
@@ -39,6 +46,7 @@ __all__ = [
     "FORMAT_VERSION",
     "Checkpoint",
     "CheckpointError",
+    "check_fits_model",
     "load_checkpoint",
     "save_checkpoint",
 ]

@@ -26,11 +26,15 @@ A checkpoint is a directory holding exactly these files::
 ``manifest_sha256`` is the SHA-256 of the canonical JSON (sorted keys, no whitespace) of every
 other key, so an edit to the manifest itself is caught, not only edits to the archives. The
 ``params`` and ``optimizer_state`` maps keep the order the arrays were saved in.
+
+The digests are plain SHA-256, not keyed: they detect corruption and edits by tools that do
+not know the format, not a writer who recomputes them (docs/security/files.md).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +65,10 @@ REQUIRED_KEYS = ("step", "rng_state", "config", "files", "params", "optimizer_st
 STORABLE_DTYPE_KINDS = frozenset("biufc")
 
 _HEX_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+# A manifest lists one entry per array and a run's config: megabytes at most. Bounding its size
+# keeps a hostile one from exhausting memory (docs/security/files.md, "Checkpoints").
+MAX_MANIFEST_BYTES = 16 << 20
 
 
 class CheckpointError(ValueError):
@@ -144,8 +152,13 @@ def parse_manifest(path: Path, raw: bytes) -> dict[str, Any]:
     def refuse(what: str) -> CheckpointError:
         return CheckpointError(f"{path}: {what}")
 
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise refuse(f"{len(raw)} bytes, more than a manifest takes ({MAX_MANIFEST_BYTES} at most)")
     try:
         manifest = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    except RecursionError:
+        # The parser counts its nesting against the interpreter's recursion limit.
+        raise refuse("malformed manifest: its arrays and objects nest too deep") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise refuse(f"malformed JSON ({exc})") from None
     if not isinstance(manifest, dict):
@@ -167,7 +180,7 @@ def parse_manifest(path: Path, raw: bytes) -> dict[str, Any]:
         raise refuse(f"missing key {MANIFEST_CHECKSUM_KEY!r}")
     try:
         found = manifest_checksum(manifest)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise refuse(f"malformed manifest ({exc})") from None
     if found != expected:
         raise refuse(
@@ -188,6 +201,20 @@ def parse_manifest(path: Path, raw: bytes) -> dict[str, Any]:
     for key in ARRAY_MAPS.values():
         _check_array_map(key, manifest[key], refuse)
     return manifest
+
+
+def declared_bytes(manifest: dict[str, Any], key: str) -> int:
+    """The bytes the arrays of the manifest map ``key`` take, as their shapes and dtypes say
+    (an entry whose dtype is not a number type counts nothing: reading its array refuses it)."""
+    total = 0
+    for entry in manifest[key].values():
+        try:
+            dtype = np.dtype(entry["dtype"])
+        except (TypeError, ValueError, SyntaxError):
+            continue
+        if dtype.kind in STORABLE_DTYPE_KINDS:
+            total += math.prod(entry["shape"]) * dtype.itemsize
+    return total
 
 
 def _refuse_constant(name: str) -> Any:

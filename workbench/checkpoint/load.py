@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import zipfile
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -13,14 +12,25 @@ from workbench.checkpoint.checksums import sha256_stream
 from workbench.checkpoint.layout import (
     ARRAY_MAPS,
     MANIFEST_FILE,
-    NPY_SUFFIX,
+    MAX_MANIFEST_BYTES,
     OPTIMIZER_FILE,
     PARAMS_FILE,
     Checkpoint,
     CheckpointError,
     aside_prefix,
+    declared_bytes,
     is_temporary_name,
     parse_manifest,
+)
+from workbench.safe_io.bounded_npz import npz_entries, open_npz, read_npz_arrays
+from workbench.safe_io.bounded_read import (
+    FileMissing,
+    FileRefused,
+    available_memory,
+    check_memory,
+    file_size,
+    format_bytes,
+    open_regular,
 )
 
 
@@ -69,17 +79,24 @@ def load_checkpoint(directory: str | os.PathLike[str]) -> Checkpoint:
     source = Path(directory).absolute()
     _check_directory(source)
     manifest_path = source / MANIFEST_FILE
+    manifest = parse_manifest(manifest_path, _read_manifest(manifest_path, source))
+    declared = sum(declared_bytes(manifest, key) for key in ARRAY_MAPS.values())
     try:
-        raw = manifest_path.read_bytes()
-    except FileNotFoundError:
-        raise CheckpointError(f"{manifest_path}: missing; {source} is not a checkpoint") from None
-    except OSError as exc:
-        raise CheckpointError(f"{manifest_path}: cannot be read ({exc})") from None
-    manifest = parse_manifest(manifest_path, raw)
-
-    arrays = {
-        name: _read_verified_archive(source / name, manifest, manifest_path) for name in ARRAY_MAPS
-    }
+        check_memory(manifest_path, declared, "the arrays it lists")
+        arrays = {
+            name: _read_verified_archive(source / name, manifest, manifest_path)
+            for name in ARRAY_MAPS
+        }
+    except FileRefused as error:
+        raise CheckpointError(str(error)) from None
+    except OSError as error:
+        raise CheckpointError(f"{source}: cannot be read ({error})") from None
+    except MemoryError:
+        # Every size is checked before it is allocated; this is what is left, still named.
+        raise CheckpointError(
+            f"{source}: does not fit in memory ({format_bytes(declared)} of arrays, "
+            f"{format_bytes(available_memory())} available now)"
+        ) from None
     return Checkpoint(
         params=arrays[PARAMS_FILE],
         optimizer_state=arrays[OPTIMIZER_FILE],
@@ -110,6 +127,25 @@ def _check_directory(source: Path) -> None:
     raise CheckpointError(f"{source}: no checkpoint here (directory does not exist){hint}")
 
 
+def _read_manifest(manifest_path: Path, source: Path) -> bytes:
+    """The bytes of ``manifest.json``: a regular file no larger than a manifest can be."""
+    try:
+        with open_regular(manifest_path) as handle:
+            size = file_size(handle)
+            if size > MAX_MANIFEST_BYTES:
+                raise CheckpointError(
+                    f"{manifest_path}: {size} bytes, more than a manifest takes "
+                    f"({MAX_MANIFEST_BYTES} at most)"
+                )
+            return handle.read(MAX_MANIFEST_BYTES + 1)
+    except FileMissing:
+        raise CheckpointError(f"{manifest_path}: missing; {source} is not a checkpoint") from None
+    except FileRefused as error:
+        raise CheckpointError(str(error)) from None
+    except OSError as exc:
+        raise CheckpointError(f"{manifest_path}: cannot be read ({exc})") from None
+
+
 def _read_verified_archive(
     path: Path, manifest: dict[str, Any], manifest_path: Path
 ) -> dict[str, np.ndarray]:
@@ -118,12 +154,15 @@ def _read_verified_archive(
     # Hash and parse through one handle so the bytes parsed are the bytes verified, even if
     # the name is re-pointed in between.
     with _open_listed_file(path, manifest_path) as handle:
-        size = os.fstat(handle.fileno()).st_size
+        size = file_size(handle)
         if size != expected_file["bytes"]:
             raise CheckpointError(
                 f"{path}: size mismatch (expected {expected_file['bytes']} bytes, found {size}); "
                 "the file was truncated or changed after it was written"
             )
+        # The arrays are stored uncompressed: an archive larger than memory allows cannot
+        # load, and hashing it first would only take time.
+        check_memory(path, size, "the archive")
         found = sha256_stream(handle).sha256
         if found != expected_file["sha256"]:
             raise CheckpointError(
@@ -131,40 +170,29 @@ def _read_verified_archive(
                 "the file was changed or corrupted after it was written"
             )
         handle.seek(0)
-        arrays = _parse_npz(path, handle)
+        with open_npz(str(path), handle) as archive:
+            entries = npz_entries(str(path), archive)
+            _check_names(path, set(entries), set(expected_arrays), manifest_path)
+            arrays = read_npz_arrays(str(path), archive, entries)
     _check_against_manifest(path, arrays, expected_arrays, manifest_path)
     return {name: arrays[name] for name in expected_arrays}
 
 
 def _open_listed_file(path: Path, manifest_path: Path) -> BinaryIO:
     try:
-        return open(path, "rb")
-    except FileNotFoundError:
+        return open_regular(path)
+    except FileMissing:
         raise CheckpointError(f"{path}: missing (listed in {manifest_path})") from None
-    except OSError as exc:
-        raise CheckpointError(f"{path}: cannot be read ({exc})") from None
 
 
-def _parse_npz(path: Path, handle: BinaryIO) -> dict[str, np.ndarray]:
-    # zipfile plus numpy.lib.format directly, rather than numpy.load, so that entry names are
-    # taken literally and every entry must be a pickle-free .npy array.
-    arrays: dict[str, np.ndarray] = {}
-    try:
-        with zipfile.ZipFile(handle) as archive:
-            for info in archive.infolist():
-                if info.is_dir() or not info.filename.endswith(NPY_SUFFIX):
-                    raise CheckpointError(f"{path}: entry {info.filename!r} is not an .npy array")
-                name = info.filename[: -len(NPY_SUFFIX)]
-                if name in arrays:
-                    raise CheckpointError(f"{path}: array {name!r} appears twice")
-                with archive.open(info) as entry:
-                    array = np.lib.format.read_array(entry, allow_pickle=False)
-                arrays[name] = array if array.flags.writeable else array.copy()
-    except CheckpointError:
-        raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise CheckpointError(f"{path}: not a readable .npz archive ({exc})") from None
-    return arrays
+def _check_names(path: Path, found: set[str], expected: set[str], manifest_path: Path) -> None:
+    """Before any array is read: the archive holds exactly the arrays the manifest lists."""
+    extra = sorted(found - expected)
+    if extra:
+        raise CheckpointError(f"{path}: holds arrays not listed in {manifest_path}: {extra}")
+    missing = sorted(expected - found)
+    if missing:
+        raise CheckpointError(f"{path}: lacks arrays listed in {manifest_path}: {missing}")
 
 
 def _check_against_manifest(
@@ -173,12 +201,6 @@ def _check_against_manifest(
     expected: dict[str, dict[str, Any]],
     manifest_path: Path,
 ) -> None:
-    extra = sorted(set(arrays) - set(expected))
-    if extra:
-        raise CheckpointError(f"{path}: holds arrays not listed in {manifest_path}: {extra}")
-    missing = sorted(set(expected) - set(arrays))
-    if missing:
-        raise CheckpointError(f"{path}: lacks arrays listed in {manifest_path}: {missing}")
     for name, entry in expected.items():
         array = arrays[name]
         if list(array.shape) != entry["shape"]:

@@ -20,7 +20,9 @@ Invariants
   (`GlobalBatchSampler` is a pure function of ``(seed, step)``, so resuming continues exactly).
   Replica r of N takes rows ``[r*B/N, (r+1)*B/N)``; micro-batches are consecutive slices.
 - Every failure is a `DatasetError` (a ``ValueError``) whose message names the spec, path or
-  argument at fault.
+  argument at fault, a ``MemoryError`` included. Files are read only if they are regular
+  files, and what they declare is checked against their size and a memory budget before it
+  is allocated; labels are below ``MAX_CLASSES`` (docs/security/files.md).
 """
 
 from workbench.data.catalog import (

@@ -12,6 +12,7 @@ from workbench.data.npz import load_npz
 from workbench.data.synthetic import DEFAULT_SYNTHETIC, make_synthetic, parse_synthetic_spec
 from workbench.data.tokens import DEFAULT_TOKENS, make_tokens, parse_tokens_spec
 from workbench.data.user_arrays import ARRAYS_KIND
+from workbench.safe_io.bounded_read import available_memory, format_bytes
 
 DATASET_FORMS = (
     "digits",
@@ -111,7 +112,8 @@ def load_dataset(spec: str, seed: int = 0) -> Dataset:
     Raises
     ------
     DatasetError
-        For a bad spec, a missing directory or file, or a malformed file.
+        For a bad spec, a missing directory or file, a malformed file, or one that declares
+        more than memory allows (a ``MemoryError`` never escapes).
 
     Examples
     --------
@@ -120,6 +122,18 @@ def load_dataset(spec: str, seed: int = 0) -> Dataset:
     ('synthetic:16:4:120', (100, 16), 4)
     """
     kind, argument = parse_dataset_spec(spec)
+    try:
+        return _load(kind, argument, spec, seed)
+    except MemoryError:
+        # The loaders check what a file declares before allocating; this is what is left (a
+        # conversion, a generated set): still a user error naming the data set, not a crash.
+        raise DatasetError(
+            f"dataset {spec!r} does not fit in memory ({format_bytes(available_memory())} "
+            "available now); use a smaller data set or free memory"
+        ) from None
+
+
+def _load(kind: str, argument: str, spec: str, seed: int) -> Dataset:
     if kind == "digits":
         return load_digits()
     if kind == "synthetic":

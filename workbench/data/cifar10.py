@@ -21,6 +21,13 @@ import numpy as np
 
 from workbench.data.dataset import Dataset, DatasetError
 from workbench.data.safe_pickle import load_arrays_pickle
+from workbench.safe_io.bounded_read import (
+    FileRefused,
+    check_memory,
+    file_size,
+    open_regular,
+    read_into,
+)
 
 IMAGE_SHAPE = (3, 32, 32)
 IMAGE_BYTES = 3 * 32 * 32  # 3072
@@ -64,18 +71,28 @@ def read_cifar10_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     ((1, 3, 32, 32), [4])
     """
     try:
-        data = np.fromfile(path, dtype=np.uint8)
+        with open_regular(path) as handle:
+            data = np.empty(_checked_size(path, file_size(handle)), dtype=np.uint8)
+            read_into(path, handle, data, "the batch")
+    except FileRefused as error:
+        raise DatasetError(f"cannot read CIFAR-10 batch file {error}") from None
     except OSError as error:
-        raise DatasetError(f"cannot read CIFAR-10 batch file {path}: {error}") from error
-    if len(data) == 0 or len(data) % RECORD_BYTES != 0:
-        raise DatasetError(
-            f"CIFAR-10 batch file {path} has {len(data)} bytes, which is not a positive "
-            f"multiple of the {RECORD_BYTES}-byte record size (truncated or not a batch file?)"
-        )
+        raise DatasetError(f"cannot read CIFAR-10 batch file {path}: {error}") from None
     records = data.reshape(-1, RECORD_BYTES)
     labels = records[:, 0]
     _check_labels(labels, path)
     return records[:, 1:].reshape(-1, *IMAGE_SHAPE), labels
+
+
+def _checked_size(path: Path, size: int) -> int:
+    """``size``, the bytes of a binary batch, if it is whole records that fit in memory."""
+    if size == 0 or size % RECORD_BYTES != 0:
+        raise DatasetError(
+            f"CIFAR-10 batch file {path} has {size} bytes, which is not a positive "
+            f"multiple of the {RECORD_BYTES}-byte record size (truncated or not a batch file?)"
+        )
+    check_memory(path, size, "the batch")
+    return size
 
 
 def read_cifar10_python_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -112,9 +129,9 @@ def read_cifar10_python_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
         )
     try:
         labels = np.asarray(labels, dtype=np.int64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise DatasetError(
-            f"CIFAR-10 batch file {path}: 'labels' is not a list of numbers"
+            f"CIFAR-10 batch file {path}: 'labels' is not a list of whole numbers"
         ) from None
     if labels.shape != (len(data),):
         raise DatasetError(
@@ -137,19 +154,31 @@ def _concatenated(
         parts = [read(path) for path in paths]
         return np.concatenate([i for i, _ in parts]), np.concatenate([lb for _, lb in parts])
     counts = [records(path) for path in paths]
+    try:
+        check_memory(paths[0].parent, sum(counts) * RECORD_BYTES, "its batches together")
+    except FileRefused as error:
+        raise DatasetError(f"CIFAR-10 directory {error}") from None
     images = np.empty((sum(counts), *IMAGE_SHAPE), dtype=np.uint8)
     labels = np.empty(sum(counts), dtype=np.int64)
     start = 0
-    for path in paths:
+    for path, count in zip(paths, counts, strict=True):
         batch_images, batch_labels = read(path)
-        end = start + len(batch_labels)
+        if len(batch_labels) != count:
+            raise DatasetError(f"CIFAR-10 batch file {path} changed while it was being read")
+        end = start + count
         images[start:end], labels[start:end] = batch_images, batch_labels
         start = end
     return images, labels
 
 
 def _binary_records(path: Path) -> int:
-    return max(1, path.stat().st_size // RECORD_BYTES)  # a malformed size fails in the read
+    """The records in the binary batch ``path``, from its size (a malformed size fails here;
+    a FIFO or a directory is refused without being read)."""
+    try:
+        with open_regular(path) as handle:
+            return _checked_size(path, file_size(handle)) // RECORD_BYTES
+    except FileRefused as error:
+        raise DatasetError(f"cannot read CIFAR-10 batch file {error}") from None
 
 
 def _layout(directory: Path) -> tuple[Path, tuple[str, ...], str, Callable, Callable | None]:
@@ -159,7 +188,7 @@ def _layout(directory: Path) -> tuple[Path, tuple[str, ...], str, Callable, Call
     python = (PYTHON_TRAIN_BATCHES, PYTHON_TEST_BATCH, read_cifar10_python_batch, None)
     for folder in (directory, directory / ARCHIVE_FOLDER, directory / PYTHON_ARCHIVE_FOLDER):
         for version in (binary, python):
-            if (folder / version[1]).is_file():
+            if (folder / version[1]).exists():  # reading it refuses a non-regular file
                 return (folder, *version)
     return (directory, *binary)  # neither test batch: name the binary one's in the error
 
@@ -193,14 +222,14 @@ def load_cifar10(directory: str | Path) -> Dataset:
     if not directory.is_dir():
         raise DatasetError(f"CIFAR-10 directory {directory.resolve()} does not exist")
     directory, train_names, test_name, read, records = _layout(directory)
-    train_paths = [directory / name for name in train_names if (directory / name).is_file()]
+    train_paths = [directory / name for name in train_names if (directory / name).exists()]
     if not train_paths:
         raise DatasetError(
             f"CIFAR-10 directory {directory.resolve()} has none of the training batches "
             f"{', '.join(train_names)}"
         )
     test_path = directory / test_name
-    if not test_path.is_file():
+    if not test_path.exists():
         raise DatasetError(f"CIFAR-10 test batch {test_path.resolve()} does not exist")
     x_train, y_train = _concatenated(train_paths, read, records)
     x_test, y_test = _concatenated([test_path], read, records)

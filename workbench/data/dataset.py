@@ -61,6 +61,11 @@ class ModelInputs:
         return to_model_inputs(self.stored[rows], self.scale, self.dtype)
 
 
+# The most classes a data set may have: a label is one of the model's outputs, so a single
+# hostile label must not size the output layer (docs/security/files.md, "Data sets").
+MAX_CLASSES = 1 << 16
+
+
 class DatasetError(ValueError):
     """A dataset spec, file or sampler argument is invalid.
 

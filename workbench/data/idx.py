@@ -7,13 +7,22 @@ size per dimension, then the data in row-major order, big-endian.
 from __future__ import annotations
 
 import gzip
+import io
 import math
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from workbench.data.dataset import Dataset, DatasetError
+from workbench.safe_io.bounded_read import (
+    FileRefused,
+    check_memory,
+    file_size,
+    open_regular,
+    read_into,
+)
 
 # IDX dtype codes -> big-endian NumPy dtypes.
 IDX_DTYPES: dict[int, np.dtype] = {
@@ -40,6 +49,9 @@ _GZIP_MAGIC = b"\x1f\x8b"
 def find_file(directory: Path, name: str) -> Path:
     """Return ``directory/name``, else ``directory/name.gz``; the plain file wins if both exist.
 
+    Whatever sits at the name is returned (a FIFO or a directory too): reading it refuses
+    what is not a regular file, naming what it is.
+
     Raises
     ------
     DatasetError
@@ -56,40 +68,11 @@ def find_file(directory: Path, name: str) -> Path:
     if not directory.is_dir():
         raise DatasetError(f"dataset directory {directory.resolve()} does not exist")
     for candidate in (directory / name, directory / f"{name}.gz"):
-        if candidate.is_file():
+        if candidate.exists():
             return candidate
     raise DatasetError(
         f"dataset file {(directory / name).resolve()} (or {name}.gz next to it) does not exist"
     )
-
-
-def read_bytes(path: Path) -> bytes:
-    """Read a whole file, gunzipping it when its content is gzip (whatever its name says).
-
-    Detection is by the gzip magic bytes rather than the suffix, so a compressed file saved
-    without ``.gz`` (or a plain one with it) still loads; IDX files start with zero bytes, so
-    the two can never be confused.
-
-    Raises
-    ------
-    DatasetError
-        Naming the file, if it cannot be read or is corrupt gzip.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> path = Path(tempfile.mkdtemp()) / "x.gz"
-    >>> _ = path.write_bytes(gzip.compress(b"abc"))
-    >>> read_bytes(path)
-    b'abc'
-    """
-    try:
-        data = path.read_bytes()
-        if data[:2] == _GZIP_MAGIC:
-            data = gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
-        raise DatasetError(f"cannot read dataset file {path}: {error}") from error
-    return data
 
 
 def parse_idx(data: bytes, source: str = "<bytes>") -> np.ndarray:
@@ -105,7 +88,7 @@ def parse_idx(data: bytes, source: str = "<bytes>") -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        Shape taken from the header, native byte order, read-only view when no swap is needed.
+        Shape taken from the header, native byte order.
 
     Raises
     ------
@@ -119,37 +102,17 @@ def parse_idx(data: bytes, source: str = "<bytes>") -> np.ndarray:
     >>> parse_idx(header + bytes(range(6))).tolist()
     [[0, 1, 2], [3, 4, 5]]
     """
-    if len(data) < 4:
-        raise DatasetError(f"IDX file {source} is truncated: {len(data)} bytes, no header")
-    zero0, zero1, code, ndim = data[:4]
-    if zero0 != 0 or zero1 != 0:
-        raise DatasetError(
-            f"IDX file {source} has a bad magic number 0x{data[:4].hex()} "
-            "(must start with two zero bytes; is it still compressed?)"
-        )
-    if code not in IDX_DTYPES:
-        raise DatasetError(f"IDX file {source} has an unknown dtype code 0x{code:02x}")
-    header_size = 4 + 4 * ndim
-    if len(data) < header_size:
-        raise DatasetError(
-            f"IDX file {source} is truncated: header declares {ndim} dimensions "
-            f"but the file has only {len(data)} bytes"
-        )
-    shape = tuple(int(size) for size in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
-    dtype = IDX_DTYPES[code]
-    expected = header_size + math.prod(shape) * dtype.itemsize
-    if len(data) != expected:
-        problem = "truncated" if len(data) < expected else "longer than its header says"
-        raise DatasetError(
-            f"IDX file {source} is {problem}: header shape {shape} of {dtype.name} needs "
-            f"{expected} bytes, file has {len(data)}"
-        )
-    array = np.frombuffer(data, dtype=dtype, offset=header_size).reshape(shape)
-    return array.astype(dtype.newbyteorder("="), copy=False)
+    return _read_idx_stream(io.BytesIO(data), source, len(data))
 
 
 def read_idx(path: Path, ndim: int | None = None) -> np.ndarray:
-    """Read one IDX file (plain or ``.gz``), optionally requiring a number of dimensions.
+    """Read one IDX file (plain or gzip-compressed, whatever its name says), optionally
+    requiring a number of dimensions.
+
+    The file must be a regular file. Its header is read first; the data it declares must fit
+    the memory budget (and, uncompressed, match the file's size) before the array is
+    allocated, and a compressed file is inflated only up to that size, so a gzip bomb costs no
+    more than the array its header declares.
 
     Examples
     --------
@@ -160,12 +123,73 @@ def read_idx(path: Path, ndim: int | None = None) -> np.ndarray:
     >>> read_idx(path, ndim=1).tolist()
     [7, 8, 9]
     """
-    array = parse_idx(read_bytes(path), source=str(path))
+    try:
+        with open_regular(path) as handle:
+            # Gzip is detected by its magic bytes, not the suffix: IDX files start with zero
+            # bytes, so the two can never be confused.
+            compressed = handle.read(len(_GZIP_MAGIC)) == _GZIP_MAGIC
+            handle.seek(0)
+            if compressed:
+                with gzip.GzipFile(fileobj=handle, mode="rb") as stream:
+                    array = _read_idx_stream(stream, str(path), None)
+            else:
+                array = _read_idx_stream(handle, str(path), file_size(handle))
+    except FileRefused as error:
+        raise DatasetError(f"cannot read dataset file {error}") from None
+    except (OSError, EOFError, zlib.error) as error:  # gzip.BadGzipFile is an OSError
+        raise DatasetError(f"cannot read dataset file {path}: {error}") from None
     if ndim is not None and array.ndim != ndim:
         raise DatasetError(
             f"IDX file {path} has {array.ndim} dimensions {array.shape}, expected {ndim}"
         )
     return array
+
+
+def _read_idx_stream(stream: BinaryIO, source: str, size: int | None) -> np.ndarray:
+    """The array in an IDX stream (``size``: its length when known, None for a compressed
+    one), checked against the header before anything the header declares is allocated."""
+    head = stream.read(4)
+    if len(head) < 4:
+        raise DatasetError(f"IDX file {source} is truncated: {len(head)} bytes, no header")
+    zero0, zero1, code, ndim = head
+    if zero0 != 0 or zero1 != 0:
+        raise DatasetError(
+            f"IDX file {source} has a bad magic number 0x{head.hex()} "
+            "(must start with two zero bytes; is it still compressed?)"
+        )
+    if code not in IDX_DTYPES:
+        raise DatasetError(f"IDX file {source} has an unknown dtype code 0x{code:02x}")
+    sizes = stream.read(4 * ndim)
+    header_size = 4 + 4 * ndim
+    if len(sizes) < 4 * ndim:
+        raise DatasetError(
+            f"IDX file {source} is truncated: header declares {ndim} dimensions "
+            f"but the file has only {4 + len(sizes)} bytes"
+        )
+    shape = tuple(int(n) for n in np.frombuffer(sizes, dtype=">u4"))
+    dtype = IDX_DTYPES[code]
+    data_size = math.prod(shape) * dtype.itemsize
+    expected = header_size + data_size
+    if size is not None and size != expected:
+        problem = "truncated" if size < expected else "longer than its header says"
+        raise DatasetError(
+            f"IDX file {source} is {problem}: header shape {shape} of {dtype.name} needs "
+            f"{expected} bytes, file has {size}"
+        )
+    try:
+        check_memory(source, data_size, f"header shape {shape} of {dtype.name}")
+        array = np.empty(math.prod(shape), dtype=dtype)
+        read_into(source, stream, array, f"header shape {shape} of {dtype.name}")
+    except FileRefused as error:
+        raise DatasetError(f"IDX file {error}") from None
+    if stream.read(1):
+        raise DatasetError(
+            f"IDX file {source} is longer than its header says: header shape {shape} of "
+            f"{dtype.name} needs {expected} bytes"
+        )
+    if dtype.byteorder == ">" and dtype.itemsize > 1:  # in place: no second copy
+        array = array.byteswap(inplace=True).view(dtype.newbyteorder("="))
+    return array.reshape(shape)
 
 
 def _load_split(

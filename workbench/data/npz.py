@@ -7,7 +7,9 @@ in a data file is ever unpickled). Inputs keep their meaning: floats become floa
 (the user's own scaling), uint8 images are read as byte / 255 in [0, 1] as the bundled image
 sets are (and kept as bytes, converted batch by batch), other integers (token ids) stay whole
 numbers. Labels are integers, or whole-number
-floats, in ``0..C-1`` with C the largest label + 1 over both splits.
+floats, in ``0..C-1`` with C the largest label + 1 over both splits, and C at most
+``MAX_CLASSES``. The file must be a regular file; each array's header is checked against its
+bytes and the memory budget before it is read (:mod:`workbench.safe_io.bounded_npz`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.data.dataset import Dataset, DatasetError
+from workbench.data.dataset import MAX_CLASSES, Dataset, DatasetError
+from workbench.safe_io.bounded_npz import npz_entries, open_npz, read_npz_arrays
+from workbench.safe_io.bounded_read import FileRefused, check_memory, open_regular
 
 HELD_OUT = 0.2  # of the training rows, when the file has no test split
 _MAX_PIXEL = 255.0
@@ -45,8 +49,9 @@ def load_npz(path: str | Path) -> Dataset:
     """
     path = Path(path).expanduser()
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            names = set(archive.files)
+        with open_regular(path) as handle, open_npz(str(path), handle) as archive:
+            entries = npz_entries(str(path), archive)
+            names = set(entries)
             missing = [name for name in _REQUIRED if name not in names]
             if missing or (("x_test" in names) != ("y_test" in names)):
                 missing = missing or [name for name in _TEST if name not in names]
@@ -55,10 +60,23 @@ def load_npz(path: str | Path) -> Dataset:
                     f"{', '.join(sorted(names)) or 'none'}; needed: x_train, y_train, and "
                     "optionally x_test with y_test)"
                 )
-            arrays = {name: archive[name] for name in (*_REQUIRED, *_TEST) if name in names}
-    except (OSError, ValueError) as error:
-        raise DatasetError(f"cannot read npz file {path}: {error}") from None
+            wanted = {name: entries[name] for name in (*_REQUIRED, *_TEST) if name in names}
+            arrays = read_npz_arrays(str(path), archive, wanted)
+        _check_conversion_memory(path, arrays)
+    except FileRefused as error:
+        raise DatasetError(f"cannot read npz file {error}") from None
     return arrays_dataset(f"npz:{path}", **arrays, source=str(path))
+
+
+def _check_conversion_memory(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Inputs that are not all bytes become float64 (:func:`_as_inputs`): refuse, with the
+    estimate, when that copy would not fit in memory beside the arrays read."""
+    inputs = [array for name, array in arrays.items() if name.startswith("x_")]
+    if all(array.dtype == np.uint8 for array in inputs):
+        return
+    converted = sum(array.size * np.dtype(np.float64).itemsize for array in inputs)
+    read = sum(array.nbytes for array in arrays.values())
+    check_memory(path, read + converted, "its arrays with the inputs as float64")
 
 
 def arrays_dataset(
@@ -132,6 +150,11 @@ def arrays_dataset(
             raise DatasetError(f"{source}: {key} must be whole-number class labels, got {y.dtype}")
         if y.min() < 0:
             raise DatasetError(f"{source}: {key} has label {y.min()}; labels start at 0")
+        if y.max() >= MAX_CLASSES:
+            raise DatasetError(
+                f"{source}: {key} has label {y.max()}; labels must be below {MAX_CLASSES} "
+                "(a model has one output per class)"
+            )
         labels[key] = y.astype(np.int64)
     classes = int(max(labels["y_train"].max(), labels["y_test"].max())) + 1
     if classes < 2:

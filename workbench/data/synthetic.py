@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.data.dataset import Dataset, DatasetError
+from workbench.data.dataset import MAX_CLASSES, Dataset, DatasetError
 
 DEFAULT_SYNTHETIC = (784, 10, 60000)  # MNIST-sized: what plain `synthetic` means
 
@@ -56,6 +56,8 @@ def parse_synthetic_spec(fields: str) -> tuple[int, int, int]:
     features, classes, samples = values
     if classes < 2:
         raise DatasetError(f"synthetic CLASSES must be >= 2, got {classes}")
+    if classes > MAX_CLASSES:
+        raise DatasetError(f"synthetic CLASSES must be at most {MAX_CLASSES}, got {classes}")
     if samples < 2 * classes:
         raise DatasetError(
             f"synthetic SAMPLES must be >= 2*CLASSES = {2 * classes} so that every class "

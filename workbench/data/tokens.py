@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.data.dataset import Dataset, DatasetError
+from workbench.data.dataset import MAX_CLASSES, Dataset, DatasetError
 
 DEFAULT_TOKENS = (50_000, 16, 10, 12_000)
 _TOPIC_TOKENS = 20
@@ -40,6 +40,8 @@ def parse_tokens_spec(fields: str) -> tuple[int, int, int, int]:
             f"tokens {names[2]} must be >= 2 and VOCABULARY >= {_TOPIC_TOKENS} x CLASSES, got "
             f"'tokens:{fields}'"
         )
+    if classes > MAX_CLASSES:
+        raise DatasetError(f"tokens CLASSES must be at most {MAX_CLASSES}, got {classes}")
     if samples < 2 * classes:
         raise DatasetError(f"tokens SAMPLES must be >= 2*CLASSES, got 'tokens:{fields}'")
     return vocabulary, length, classes, samples
