@@ -7,9 +7,10 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import dask
 import pytest
@@ -43,14 +44,18 @@ class LiveRun:
         except Exception as error:
             self.error = error
 
-    def dashboard(self) -> str:
-        """The run's dashboard as ``http://host:port``, once its cluster has started."""
+    def link(self) -> str:
+        """The dashboard link the run shows, once its cluster has started."""
         deadline = time.monotonic() + DEADLINE_S
         while not (self.jobs and self.jobs[0].dashboard_link):
             assert self.error is None, self.error
             assert time.monotonic() < deadline, f"no dashboard link: {self.lines}"
             time.sleep(0.05)
-        parts = urlsplit(self.jobs[0].dashboard_link)
+        return self.jobs[0].dashboard_link
+
+    def dashboard(self) -> str:
+        """The run's dashboard as ``http://host:port``."""
+        parts = urlsplit(self.link())
         return f"{parts.scheme}://{parts.netloc}"
 
     def stop(self):
@@ -79,14 +84,20 @@ def runs_on(client: Client) -> dict:
     return client.sync(lambda: getattr(client.scheduler, LIST_RUNS)())
 
 
-def check_pages(dashboard: str) -> None:
-    listed = json.load(urllib.request.urlopen(f"{dashboard}/individual-plots.json", timeout=10))
+def check_pages(dashboard: str, token: str | None = None) -> None:
+    """The pages, fetched as the link shows them (with the token of a cluster the workbench
+    started, whose dashboard answers nothing else)."""
+    query = f"?token={token}" if token else ""
+    arguments = {"token": token} if token else None
+    listed = json.load(
+        urllib.request.urlopen(f"{dashboard}/individual-plots.json{query}", timeout=10)
+    )
     assert set(PAGE_FIGURES) <= set(listed.values())
     for path in PAGE_FIGURES:
-        with urllib.request.urlopen(f"{dashboard}{path}", timeout=10) as response:
+        with urllib.request.urlopen(f"{dashboard}{path}{query}", timeout=10) as response:
             assert response.status == 200
     # A real Bokeh session on the loss page: the run's name and its loss curve.
-    with pull_session(url=f"{dashboard}/individual-workbench-loss") as session:
+    with pull_session(url=f"{dashboard}/individual-workbench-loss", arguments=arguments) as session:
         (root,) = session.document.roots
         titles = [chart.title.text for chart in root.children]
         assert titles[0].startswith("loss — mirrored, 2 devices, run "), titles
@@ -109,7 +120,11 @@ def test_the_workbench_cluster_serves_the_pages_of_a_live_run(no_leftover_proces
         board = board_of(scheduler)
         assert board is not None, "the workbench's scheduler has no run board"
         runs = wait_for_events(board.summary)
-        check_pages(dashboard)
+        (token,) = parse_qs(urlsplit(run.link()).query)["token"]
+        check_pages(dashboard, token)
+        for path in ("/individual-plots.json", *PAGE_FIGURES):
+            with pytest.raises(urllib.error.HTTPError, match="403"):
+                urllib.request.urlopen(f"{dashboard}{path}", timeout=10)
         (description,) = [run["description"] for run in runs.values()]
         assert description["strategy"] == "mirrored"
         assert len(description["devices"]) == 2

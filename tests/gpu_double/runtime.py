@@ -53,10 +53,14 @@ def guard_kernels() -> None:
 guard_kernels()
 
 
-def local_cluster(devices, protocol, scheduler_options, security=None, workers_per_gpu=1):
+def local_cluster(
+    devices, protocol, scheduler_options, security=None, workers_per_gpu=1, local_directory=None
+):
     lists = rotated_visible_devices(gpus_of_workers(devices, workers_per_gpu))
     environments = [{"DTRAIN_FAKE_VISIBLE_DEVICES": visible} for visible in lists]
-    return local_cpu_cluster(devices, protocol, scheduler_options, security, environments)
+    return local_cpu_cluster(
+        devices, protocol, scheduler_options, security, environments, local_directory
+    )
 
 
 def versions() -> dict:

@@ -15,6 +15,10 @@ What flows where::
   board's events; a page follows the newest run.
 - :mod:`~workbench.dashboard.publisher` never blocks or fails training: a scheduler without the
   preload gets one warning line and no pages.
+
+On a cluster the workbench starts, the pages, like the rest of its dashboard, answer only the
+link shown to the user, which carries the cluster's token (``workbench.runtime.dashboard_guard``,
+docs/security/dashboard.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@ always close what the workbench started.
 
 Local clusters use processes with one thread each (a device runs one kernel stream at a time),
 listen on 127.0.0.1 only, and name workers ``task-N`` so device names, worker names and the
-dashboard agree. With GPUs, ``dask_cuda.LocalCUDACluster`` pins one GPU per worker.
+dashboard agree. With GPUs, ``dask_cuda.LocalCUDACluster`` pins one GPU per worker. Their
+dashboard answers only the link shown to the user (it carries a token), and their scratch
+files go to a private directory removed when they close (docs/security/dashboard.md).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from workbench.runtime.cluster_target import (
     Progress,
     wait_for_workers,
 )
+from workbench.runtime.dashboard_guard import guarded_extensions, link_with_token, new_token
 from workbench.runtime.device_probe import (
     check_device_serializers,
     decide_device_type,
@@ -32,6 +35,7 @@ from workbench.runtime.device_probe import (
 from workbench.runtime.devices import DeviceError, device_name
 from workbench.runtime.gpu_runtime import gpu_runtime, missing_gpu_reason
 from workbench.runtime.preflight import preflight
+from workbench.runtime.scratch import make_scratch_directory
 from workbench.runtime.shared_memory import unlink_run_segments
 from workbench.runtime.worker_environment import worker_environment
 from workbench.runtime.worker_service import DeviceService
@@ -46,7 +50,7 @@ class ClusterSession:
     device_names: list[str]
     device_type: str
     dashboard_link: str | None
-    owned: list = field(default_factory=list)  # clusters this session started and must close
+    owned: list = field(default_factory=list)  # what this session started and must close
     # Why NCCL cannot reduce between these devices (None: it can, or they are CPUs); an
     # ``--allreduce auto`` run then takes the ring (docs/architecture.md, "Devices: CPU and GPU").
     nccl_obstacle: str | None = None
@@ -121,18 +125,31 @@ def _local_cluster(
     devices: int,
     device_type: str,
     scheduler_options: dict,
-    protocol: str = "tcp",
-    share_gpu: bool = False,
+    protocol: str,
+    share_gpu: bool,
+    dashboard_token: str,
+    local_directory: str,
 ):
     if protocol != "tcp":
         _check_protocol(protocol)
     security = local_security(protocol)
+    # The scheduler runs in this process: the token reaches it in memory, never in a
+    # command line or a file (docs/security/dashboard.md).
+    scheduler_options = {
+        **scheduler_options,
+        "extensions": guarded_extensions(dashboard_token, scheduler_options.get("extensions")),
+        "local_directory": local_directory,
+    }
     if device_type == "gpu":
         runtime = gpu_runtime()
         assert runtime is not None  # local_device_type decided gpu
         sharing = workers_per_gpu(devices, share_gpu)
-        return runtime.local_cluster(devices, protocol, scheduler_options, security, sharing)
-    return local_cpu_cluster(devices, protocol, scheduler_options, security)
+        return runtime.local_cluster(
+            devices, protocol, scheduler_options, security, sharing, local_directory
+        )
+    return local_cpu_cluster(
+        devices, protocol, scheduler_options, security, local_directory=local_directory
+    )
 
 
 def local_security(protocol: str):
@@ -154,10 +171,12 @@ def local_cpu_cluster(
     scheduler_options: dict,
     security=None,
     environments: Sequence[dict[str, str]] = (),
+    local_directory: str | None = None,
 ):
     """A local cluster of ``devices`` single-threaded worker processes on 127.0.0.1, over TLS
     with ``security`` (see :func:`local_security`); worker i gets ``environments[i]`` on top
-    of :data:`WORKER_ENVIRONMENT` where given."""
+    of :data:`WORKER_ENVIRONMENT` where given. Its nannies and workers keep their scratch
+    files in ``local_directory`` (see :mod:`workbench.runtime.scratch`)."""
     from distributed import LocalCluster
 
     with worker_environment():
@@ -171,6 +190,7 @@ def local_cpu_cluster(
             protocol="tls" if security is not None else protocol,
             security=security,
             scheduler_kwargs=scheduler_options,  # e.g. the dashboard pages' preload
+            local_directory=local_directory,
         )
         if environments:
             _start_workers_with(cluster, list(environments)[:devices])
@@ -186,6 +206,12 @@ def _start_workers_with(cluster, environments: list[dict[str, str]]) -> None:
         cluster.worker_spec[index] = {"cls": template["cls"], "options": options}
     cluster.sync(cluster._correct_state)
     cluster.wait_for_workers(len(environments))
+
+
+def _dashboard_link(client, token: str | None) -> str | None:
+    """The dashboard address shown to the user: with the token of a cluster started here."""
+    link = getattr(client, "dashboard_link", None)
+    return link_with_token(link, token) if link and token else link
 
 
 def _rank_key(name) -> tuple:
@@ -266,16 +292,25 @@ def start_cluster(
     from distributed import Client
 
     owned = []
-    client = session = None
+    client = session = dashboard_token = None
     owns_client = True
     try:
         if target.starts_its_own:
             # Decided before anything starts.
             device_type = local_device_type(device_type, devices, share_gpu)
+            scratch = make_scratch_directory()
+            owned.append(scratch)  # removed after the cluster, which closes first
+            dashboard_token = new_token()
             cluster = _local_cluster(
-                devices, device_type, scheduler_options or {}, protocol, share_gpu
+                devices,
+                device_type,
+                scheduler_options or {},
+                protocol,
+                share_gpu,
+                dashboard_token,
+                scratch.path,
             )
-            owned.append(cluster)
+            owned.insert(0, cluster)
             client = Client(cluster, set_as_default=False)
         else:
             client, owns_client = target.connect(connect_timeout, wait_seconds, progress)
@@ -307,7 +342,7 @@ def start_cluster(
                 for task in range(count)
             ],
             device_type=device_type,
-            dashboard_link=getattr(client, "dashboard_link", None),
+            dashboard_link=_dashboard_link(client, dashboard_token),
             owned=owned,
             nccl_obstacle=(
                 nccl_obstacle(in_order, dict(zip(ordered, labels)))

@@ -46,9 +46,10 @@ class GpuRuntime:
     # () -> a function saying whether the work queued on the current stream until now has
     # finished (a CUDA event recorded now): lets a wait on the device have a deadline.
     mark_queued_work: Callable[[], Callable[[], bool]]
-    # (devices, protocol, scheduler options, TLS security or None, workers per GPU) -> a local
-    # cluster of ``devices`` workers, ``workers per GPU`` of them computing on each GPU
-    local_cluster: Callable[[int, str, dict, Any, int], Any]
+    # (devices, protocol, scheduler options, TLS security or None, workers per GPU, scratch
+    # directory) -> a local cluster of ``devices`` workers, ``workers per GPU`` of them
+    # computing on each GPU, keeping their scratch files in the scratch directory
+    local_cluster: Callable[[int, str, dict, Any, int, str | None], Any]
     versions: Callable[[], dict[str, str | None]]  # driver, CUDA runtime, NCCL, ... (doctor)
 
     def is_out_of_memory(self, error: BaseException) -> bool:
@@ -141,7 +142,12 @@ def _cuda_versions() -> dict[str, str | None]:
 
 
 def _local_cuda_cluster(
-    devices: int, protocol: str, scheduler_options: dict, security=None, workers_per_gpu: int = 1
+    devices: int,
+    protocol: str,
+    scheduler_options: dict,
+    security=None,
+    workers_per_gpu: int = 1,
+    local_directory: str | None = None,
 ):
     try:
         from dask_cuda import LocalCUDACluster
@@ -166,6 +172,7 @@ def _local_cuda_cluster(
             protocol="tls" if security is not None else protocol,
             security=security,
             scheduler_kwargs=scheduler_options,  # e.g. the dashboard pages' preload
+            local_directory=local_directory,
         )
 
 
