@@ -459,7 +459,8 @@ def check_run_options(config: RunConfig) -> None:
         raise ConfigError("--dataset", f"{error} (forms: {', '.join(DATASET_FORMS)})") from None
     if kind in ("mnist", "fashion-mnist", "cifar10") and not Path(argument).expanduser().is_dir():
         raise ConfigError("--dataset", f"{kind} directory {argument} does not exist")
-    if kind == "npz" and not Path(argument).expanduser().is_file():
+    # Existence only: what is there (a FIFO, a directory) the loader refuses by name.
+    if kind == "npz" and not Path(argument).expanduser().exists():
         raise ConfigError("--dataset", f"npz file {argument} does not exist")
     joins = config.cluster is not None or config.scheduler_file is not None
     if isinstance(config.cluster, str):
@@ -676,7 +677,7 @@ def check_checkpoint_paths(config: RunConfig) -> None:
             raise ConfigError("--save", f"{parent} is not writable")
     if config.resume is not None:
         source = Path(config.resume).expanduser()
-        if not (source / "manifest.json").is_file():
+        if not (source / "manifest.json").exists():
             raise ConfigError("--resume", f"{source} is not a checkpoint (no manifest.json)")
 
 
