@@ -23,7 +23,8 @@ from workbench.runtime.host_dataset import (
     worker_dataset,
     write_segment,
 )
-from workbench.runtime.shared_memory import SHM_DIRECTORY, segment_prefix
+from workbench.runtime.shared_memory import LOCK_NAME, run_directory
+from workbench.safe_io import ForeignPathError
 
 
 def test_a_segment_is_its_owners_only_and_reads_back_read_only(tmp_path):
@@ -36,7 +37,7 @@ def test_a_segment_is_its_owners_only_and_reads_back_read_only(tmp_path):
     for name in ("x_train", "y_train", "x_test", "y_test"):
         np.testing.assert_array_equal(getattr(copy, name), getattr(digits, name))
         assert not getattr(copy, name).flags.writeable
-    with pytest.raises(FileExistsError):  # never written over
+    with pytest.raises(ForeignPathError):  # never written over
         write_segment(str(path), digits)
 
 
@@ -45,7 +46,8 @@ def _held_summary(run_id: str, spec: str) -> dict:
     segment whose name is gone."""
     dataset = worker_dataset(run_id, spec, 0)
     maps = Path("/proc/self/maps").read_text()
-    mapped = [line for line in maps.splitlines() if f"{segment_prefix(run_id)}-dataset" in line]
+    directory = run_directory(run_id)  # renamed away before it was removed
+    mapped = [line for line in maps.splitlines() if directory in line and "/dataset-" in line]
     return {
         "x_train": np.array(dataset.x_train),
         "y_test": np.array(dataset.y_test),
@@ -64,7 +66,10 @@ def client():
 
 
 def _segments(run_id: str) -> list[str]:
-    return [name for name in os.listdir(SHM_DIRECTORY) if name.startswith(segment_prefix(run_id))]
+    try:
+        return sorted(set(os.listdir(run_directory(run_id))) - {LOCK_NAME})
+    except FileNotFoundError:
+        return []
 
 
 def test_workers_of_one_host_map_one_copy_loaded_on_the_host(client, tmp_path):

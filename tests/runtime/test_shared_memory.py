@@ -1,6 +1,6 @@
 """Shared-memory channels between workers on one host: what the sender writes is what the
 receiver takes, the sender never waits for a receiver that is busy, segments are reused and
-grown, and nothing outlives its run."""
+grown, everything lies in the run's private directory, and nothing outlives its run."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import time
 import numpy as np
 import pytest
 
-from workbench.runtime import shared_memory_channel
+from workbench.runtime import shared_memory, shared_memory_channel
 from workbench.runtime.shared_memory import (
-    SHM_DIRECTORY,
+    LOCK_NAME,
     has_room,
-    segment_prefix,
+    run_directory,
     unlink_run_segments,
 )
 from workbench.runtime.shared_memory_channel import (
@@ -29,8 +29,10 @@ from workbench.runtime.shared_memory_channel import (
 
 
 def _objects(run_id: str) -> list[str]:
-    prefix = segment_prefix(run_id) + "-"
-    return sorted(name for name in os.listdir(SHM_DIRECTORY) if name.startswith(prefix))
+    try:
+        return sorted(set(os.listdir(run_directory(run_id))) - {LOCK_NAME})
+    except FileNotFoundError:
+        return []
 
 
 class Pair:
@@ -84,12 +86,16 @@ def test_the_receiver_takes_the_bytes_the_sender_wrote(pair, array):
 
 
 def test_segments_and_fifos_are_readable_by_their_owner_only(pair):
-    """Another user on the machine can neither read a run's tensors nor write its FIFOs."""
+    """Another user on the machine can neither read a run's tensors nor write its FIFOs: they
+    lie in a directory only their owner may enter, and are closed to others themselves."""
     pair.send("t", np.ones(8, np.float32))
+    directory = run_directory(pair.run_id)
+    assert os.stat(directory).st_mode & 0o777 == 0o700
+    assert os.stat(directory).st_uid == os.geteuid()
     objects = _objects(pair.run_id)
     assert any(name.endswith("-ready") for name in objects) and pair.segments()
     for name in objects:
-        mode = os.stat(os.path.join(SHM_DIRECTORY, name)).st_mode & 0o777
+        mode = os.stat(os.path.join(directory, name)).st_mode & 0o777
         assert mode == 0o600, (name, oct(mode))
     pair.take("t").copy()
 
@@ -157,11 +163,20 @@ def test_room_is_checked_against_the_free_space_of_dev_shm():
     assert not has_room(2**62)
 
 
+def _lose_hold(run_id: str) -> None:
+    """What a process killed with ``kill -9`` does to its hold on a run's directory: the
+    kernel drops its lock."""
+    descriptor, _ = shared_memory._holds.pop(run_directory(run_id))
+    os.close(descriptor)
+
+
 def test_a_finished_runs_leftovers_are_swept_and_the_sender_still_ends_cleanly():
     # A worker killed mid-run cannot unlink its objects; whoever ends the run sweeps them.
     run_id = f"test-sweep-{os.getpid()}"
     sender = ChannelSender(run_id, 1, 0)
     sender.send("k", np.ones(3), timeout=1.0)
+    assert unlink_run_segments(run_id) == [] and _objects(run_id)  # held: the run goes on
+    _lose_hold(run_id)
     swept = unlink_run_segments(run_id)
     assert len(swept) == 4 and not _objects(run_id)  # two FIFOs, the probe, one segment
     sender.close()  # its segments were unlinked under it
@@ -191,8 +206,8 @@ def test_the_registry_delivers_on_the_event_loop_and_discards_per_run():
         registry.discard(mine)
         assert _objects(other) and all(mine not in name for name in _objects(other))
         assert sorted(unlink_run_segments(mine)) == [
-            f"dtrain-{mine}-0-1-done",
-            f"dtrain-{mine}-0-1-ready",
+            "0-1-done",
+            "0-1-ready",
         ]  # the FIFOs are left for the run's sweep; every segment was unlinked by its sender
     finally:
         registry.discard()

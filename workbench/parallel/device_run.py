@@ -30,6 +30,7 @@ from workbench.runtime.cluster import (
 from workbench.runtime.devices import device_name
 from workbench.runtime.host_dataset import stage_dataset
 from workbench.runtime.worker_service import device_service
+from workbench.safe_io import ForeignPathError
 from workbench.training.job import Progress, TrainingJob, evaluate_on_test
 from workbench.training.session import TrainingSession
 
@@ -83,15 +84,20 @@ def stage_run_dataset(session: ClusterSession, job: TrainingJob, progress: Progr
     (:mod:`workbench.runtime.host_dataset`): loaded by each host, or sent by this client."""
     config = job.config
     shipped = job.dataset if ships_dataset(config) else None
-    stage_dataset(
-        session.client,
-        session.run_id,
-        session.addresses,
-        config.dataset,
-        config.seed,
-        shipped,
-        progress,
-    )
+    try:
+        stage_dataset(
+            session.client,
+            session.run_id,
+            session.addresses,
+            config.dataset,
+            config.seed,
+            shipped,
+            progress,
+        )
+    except ForeignPathError as error:
+        # Another user's object where the run keeps its shared memory: a retry would meet
+        # it again (docs/security/shared-memory.md).
+        raise DeviceFailure(f"staging the data set failed: {error}", recoverable=False) from None
 
 
 def snapshot_device(run_id: str) -> dict:

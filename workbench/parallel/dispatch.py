@@ -17,6 +17,7 @@ from typing import Any
 from workbench.parallel.ordered_tasks import run_in_order
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.devices import device_tag
+from workbench.safe_io import ForeignPathError
 
 
 class DeviceFailure(RuntimeError):
@@ -112,6 +113,7 @@ def wait_all(
                 pending.remove(future)
             elif future.status in ("error", "cancelled", "lost"):
                 rank = ranks[list(futures).index(future)]
+                error = None
                 try:
                     error = future.exception(timeout=5)
                     detail = f"{type(error).__name__}: {error}" if error else future.status
@@ -124,7 +126,10 @@ def wait_all(
                     f"{session.device_names[rank]} failed during {what} at step {step}: {detail}",
                     session.device_names[rank],
                     step,
-                    recoverable=future.status != "error",
+                    # Another user's object where the run keeps its shared memory would be met
+                    # again (docs/security/shared-memory.md).
+                    recoverable=future.status != "error"
+                    and not isinstance(error, ForeignPathError),
                 )
         if pending and time.monotonic() - started > deadline:
             cancel_all(session, futures)

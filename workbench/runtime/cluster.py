@@ -35,8 +35,8 @@ from workbench.runtime.device_probe import (
 from workbench.runtime.devices import DeviceError, device_name
 from workbench.runtime.gpu_runtime import gpu_runtime, missing_gpu_reason
 from workbench.runtime.preflight import preflight
-from workbench.runtime.scratch import make_scratch_directory
-from workbench.runtime.shared_memory import unlink_run_segments
+from workbench.runtime.scratch import make_scratch_directory, sweep_stale_scratch_directories
+from workbench.runtime.shared_memory import sweep_stale_run_directories, unlink_run_segments
 from workbench.runtime.worker_environment import worker_environment
 from workbench.runtime.worker_service import DeviceService
 
@@ -208,6 +208,15 @@ def _start_workers_with(cluster, environments: list[dict[str, str]]) -> None:
     cluster.wait_for_workers(len(environments))
 
 
+def sweep_leftovers() -> None:
+    """Remove what this user's crashed runs left on this host (shared memory, scratch
+    directories) before a new local cluster starts (``dtrain gc`` does the same on demand);
+    a sweep that fails must not keep the run from starting."""
+    for sweep in (sweep_stale_run_directories, sweep_stale_scratch_directories):
+        with contextlib.suppress(OSError):
+            sweep()
+
+
 def _dashboard_link(client, token: str | None) -> str | None:
     """The dashboard address shown to the user: with the token of a cluster started here."""
     link = getattr(client, "dashboard_link", None)
@@ -298,6 +307,7 @@ def start_cluster(
         if target.starts_its_own:
             # Decided before anything starts.
             device_type = local_device_type(device_type, devices, share_gpu)
+            sweep_leftovers()
             scratch = make_scratch_directory()
             owned.append(scratch)  # removed after the cluster, which closes first
             dashboard_token = new_token()

@@ -6,7 +6,7 @@ Before a run's devices are set up, the client stages the data set (:func:`stage_
 1. one worker per host (its *leader*) loads the data set from its own disk, or takes the
    copy the client ships (arrays given to ``fit``, or ``--ship-data``: sent once per host,
    not once per worker), and writes it into a shared-memory segment readable by its owner
-   only;
+   only, in the run's private directory (``workbench/runtime/shared_memory.py``);
 2. every worker of the host maps that segment read-only and keeps the mapping for the run;
    a worker that cannot see the segment (another ``/dev/shm`` than its leader's) becomes a
    leader itself;
@@ -19,6 +19,7 @@ to the model's dtype as it gathers it (:class:`workbench.data.ModelInputs`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
@@ -29,13 +30,23 @@ from typing import Any
 import numpy as np
 
 from workbench.data import Dataset, load_dataset
-from workbench.runtime.shared_memory import SHM_DIRECTORY, has_room, segment_prefix
+from workbench.runtime.shared_memory import (
+    has_room,
+    hold_run_directory,
+    release_run_directory,
+    run_directory,
+    unlink_run_segments,
+)
+from workbench.safe_io import open_exclusive, open_owned
 
 _ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 _ALIGNMENT = 64  # every array starts on a cache line
 
 # This worker process's data sets, by run id (kept until the run is forgotten on the worker).
 _held: dict[str, Dataset] = {}
+# The runs whose directory this worker holds as its host's leader, until its segment's name
+# is unlinked.
+_leading: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -51,21 +62,22 @@ class SharedDataset:
 
 
 def segment_path(run_id: str, worker_address: str) -> str:
-    """The segment a leader writes: named after the run (so a crashed run's is swept with
-    its other segments) and the leader (so two leaders never share a name)."""
+    """The segment a leader writes: in the run's directory (so a crashed run's is swept with
+    its other segments), named after the leader (so two leaders never share a name)."""
     leader = hashlib.sha1(worker_address.encode()).hexdigest()[:8]
-    return os.path.join(SHM_DIRECTORY, f"{segment_prefix(run_id)}-dataset-{leader}")
+    return os.path.join(run_directory(run_id), f"dataset-{leader}")
 
 
 def write_segment(path: str, dataset: Dataset) -> SharedDataset:
     """Write ``dataset``'s arrays into a new shared-memory file at ``path``, readable and
-    writable by its owner only."""
+    writable by its owner only (something already at ``path`` raises
+    :class:`~workbench.safe_io.ForeignPathError`)."""
     layout, offset = [], 0
     for name in _ARRAYS:
         array = getattr(dataset, name)
         layout.append((name, array.dtype.str, tuple(array.shape), offset))
         offset += -(-array.nbytes // _ALIGNMENT) * _ALIGNMENT
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    descriptor = open_exclusive(path)
     try:
         os.ftruncate(descriptor, max(offset, 1))
         with mmap.mmap(descriptor, max(offset, 1)) as memory:
@@ -90,8 +102,8 @@ def write_segment(path: str, dataset: Dataset) -> SharedDataset:
 
 def read_segment(shared: SharedDataset) -> Dataset:
     """The data set in ``shared``'s segment, its arrays read-only views of one mapping (which
-    stays open while any of them is alive)."""
-    descriptor = os.open(shared.path, os.O_RDONLY)
+    stays open while any of them is alive). The segment must be this user's private file."""
+    descriptor = open_owned(shared.path, os.O_RDONLY)
     try:
         size = os.fstat(descriptor).st_size
         memory = mmap.mmap(descriptor, size, access=mmap.ACCESS_READ)
@@ -122,12 +134,15 @@ def publish_dataset(
     hold it. Returns the :class:`SharedDataset`, or None when /dev/shm has no room (this
     worker then holds a private copy)."""
     dataset = shipped if shipped is not None else load_dataset(spec, seed=seed)
-    path = segment_path(run_id, dask_worker.address)
-    if os.path.exists(path):  # left by an attempt of the same run id that failed
-        os.unlink(path)
     if not has_room(dataset.nbytes):
         _held[run_id] = dataset
         return None
+    if run_id not in _leading:
+        hold_run_directory(run_id)
+        _leading.add(run_id)
+    path = segment_path(run_id, dask_worker.address)
+    with contextlib.suppress(FileNotFoundError):  # left by a failed attempt of this run id
+        os.unlink(path)
     shared = write_segment(path, dataset)
     del dataset
     _held[run_id] = read_segment(shared)
@@ -137,9 +152,10 @@ def publish_dataset(
 def attach_dataset(run_id: str, shared: SharedDataset) -> bool:
     """On a host's other workers: map the leader's copy and hold it (False: this worker does
     not see the leader's /dev/shm)."""
-    if not os.path.exists(shared.path):
+    try:
+        _held[run_id] = read_segment(shared)
+    except FileNotFoundError:
         return False
-    _held[run_id] = read_segment(shared)
     return True
 
 
@@ -148,15 +164,26 @@ def hold_private_copy(run_id: str, spec: str, seed: int, shipped: Dataset | None
     _held[run_id] = shipped if shipped is not None else load_dataset(spec, seed=seed)
 
 
-def release_segment(path: str) -> None:
-    """On a leader, once every worker of its host mapped the segment: unlink its name."""
-    if os.path.exists(path):
+def release_segment(run_id: str, path: str) -> None:
+    """On a leader, once every worker of its host mapped the segment: unlink its name, and
+    the run's directory if nothing else of the run is there yet."""
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+    _stop_leading(run_id)
+
+
+def _stop_leading(run_id: str) -> None:
+    if run_id in _leading:
+        _leading.discard(run_id)
+        release_run_directory(run_id)
+        unlink_run_segments(run_id)
 
 
 def forget_dataset(run_id: str) -> None:
-    """Drop this worker's mapping of run ``run_id``'s data set."""
+    """Drop this worker's mapping of run ``run_id``'s data set (and its hold on the run's
+    directory, if staging ended before the leader unlinked its segment)."""
     _held.pop(run_id, None)
+    _stop_leading(run_id)
 
 
 def worker_dataset(run_id: str, spec: str, seed: int) -> Dataset:
@@ -203,7 +230,7 @@ def stage_dataset(
                 held.update(dict.fromkeys(members, "private"))
                 continue
             seen = client.run(attach_dataset, run_id, shared, workers=members) if members else {}
-            client.run(release_segment, shared.path, workers=[leader])
+            client.run(release_segment, run_id, shared.path, workers=[leader])
             held.update((member, "shared") for member in members if seen[member])
             # A worker that does not see its leader's /dev/shm leads a group of its own.
             unseen += [[member] for member in members if not seen[member]]

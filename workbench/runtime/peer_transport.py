@@ -35,6 +35,7 @@ from workbench.runtime.device_arrays import DeviceArrays
 from workbench.runtime.shared_memory_channel import SharedMessage, probe_path
 from workbench.runtime.transport import StallError, apply_received
 from workbench.runtime.worker_service import PROBE_HANDLER, SEND_HANDLER, device_service
+from workbench.safe_io import ForeignPathError
 
 
 def route(on_device: bool, wire: str) -> str:
@@ -117,6 +118,8 @@ class PeerTransport:
                     key=full_key,
                     payload=to_serialize(self.device.for_the_wire(array, self._wire)),
                 )
+        except ForeignPathError:
+            raise  # not a stall: another user's object, named with its owner
         except Exception as error:
             raise StallError(
                 f"step {self.step}: sending {key!r} to {self.device_names[peer]} failed: {error}"

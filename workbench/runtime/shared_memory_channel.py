@@ -15,32 +15,36 @@ a partitioned graph) cannot deadlock on the channel, and a ring step's send over
 receive. Only past ``MAX_SEGMENTS_IN_FLIGHT`` held segments (a receiver that stopped taking)
 does the sender wait, and then no longer than the stall timeout.
 
-Names start with the run's prefix (:func:`workbench.runtime.shared_memory.segment_prefix`),
-so sweeping a finished run removes its FIFOs and segments, including those of a worker that
-died.
+The FIFOs, the probe and the segments are files in the run's private directory
+(:func:`workbench.runtime.shared_memory.hold_run_directory`; docs/security/shared-memory.md):
+each made exclusively with mode 0600, and checked (type, owner, mode) when the other end opens
+it. A segment is such a file mapped into both processes; removing the run's directory removes
+everything a worker that died left.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import mmap
 import os
 import select
+import stat
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import numpy as np
 
 from workbench.runtime.shared_memory import (
-    SHM_DIRECTORY,
-    close_and_unlink,
     has_room,
-    segment_prefix,
+    hold_run_directory,
+    release_run_directory,
+    run_directory,
 )
+from workbench.safe_io import make_private_fifo, open_exclusive, open_owned, verify_owned
 
 MAX_SEGMENTS_IN_FLIGHT = 64
 
@@ -49,17 +53,69 @@ class ChannelStalled(TimeoutError):
     """The receiver held every segment past the stall timeout."""
 
 
-def channel_name(run_id: str, source: int, target: int) -> str:
-    return f"{segment_prefix(run_id)}-{source}-{target}"
+def channel_name(source: int, target: int) -> str:
+    """The prefix of a channel's files in its run's directory."""
+    return f"{source}-{target}"
 
 
-def _open_fifo(path: str) -> int:
-    """Open (creating if needed) a FIFO for both reading and writing, without blocking: Linux
-    allows O_RDWR on a FIFO, so neither side waits for the other to open it and a reader
-    never sees end-of-file when a writer goes away."""
-    with contextlib.suppress(FileExistsError):
-        os.mkfifo(path, 0o600)
-    return os.open(path, os.O_RDWR | os.O_NONBLOCK)
+def _open_fifos(run_id: str, name: str) -> tuple[str, int, int]:
+    """Hold the run's directory and open channel ``name``'s FIFOs in it: (the directory,
+    ready, done). Each is opened (made if needed) for reading and writing without blocking:
+    Linux allows O_RDWR on a FIFO, so neither side waits for the other to open it and a
+    reader never sees end-of-file when a writer goes away."""
+    directory = hold_run_directory(run_id)
+    opened: list[int] = []
+    try:
+        for end in ("ready", "done"):
+            opened.append(make_private_fifo(os.path.join(directory, f"{name}-{end}")))
+    except BaseException:
+        for descriptor in opened:
+            os.close(descriptor)
+        release_run_directory(run_id)
+        raise
+    return directory, opened[0], opened[1]
+
+
+class Segment:
+    """A file of the run's directory mapped into this process (the sender maps it to write,
+    the receiver to read)."""
+
+    __slots__ = ("memory", "name", "path", "size")
+
+    def __init__(self, path: str, size: int, memory: mmap.mmap) -> None:
+        self.path, self.name, self.size, self.memory = path, os.path.basename(path), size, memory
+
+    @classmethod
+    def create(cls, path: str, size: int) -> Segment:
+        descriptor = open_exclusive(path)
+        try:
+            os.ftruncate(descriptor, size)
+            return cls(path, size, mmap.mmap(descriptor, size))
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise
+        finally:
+            os.close(descriptor)
+
+    @classmethod
+    def attach(cls, path: str) -> Segment:
+        descriptor = open_owned(path, os.O_RDONLY)
+        try:
+            size = os.fstat(descriptor).st_size
+            return cls(path, size, mmap.mmap(descriptor, size, access=mmap.ACCESS_READ))
+        finally:
+            os.close(descriptor)
+
+    def close(self) -> None:
+        """Unmap (raises BufferError while an array still points into it)."""
+        self.memory.close()
+
+    def close_and_unlink(self) -> None:
+        self.close()
+        # Gone already when the run's directory was removed under a sender still closing.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
 
 
 def _write_all(fd: int, data: bytes, timeout: float) -> None:
@@ -92,15 +148,20 @@ class ChannelSender:
     """The sending end, in the sender's process: a pool of reusable segments."""
 
     def __init__(self, run_id: str, source: int, target: int) -> None:
-        self.name = channel_name(run_id, source, target)
-        self._ready = _open_fifo(os.path.join(SHM_DIRECTORY, f"{self.name}-ready"))
-        self._done = _open_fifo(os.path.join(SHM_DIRECTORY, f"{self.name}-done"))
+        self.run_id, self.name = run_id, channel_name(source, target)
+        self.directory, self._ready, self._done = _open_fifos(run_id, self.name)
         self._returned = bytearray()
-        self._free: dict[str, SharedMemory] = {}
-        self._held: dict[str, SharedMemory] = {}
+        self._free: dict[str, Segment] = {}
+        self._held: dict[str, Segment] = {}
         self._lock = threading.Lock()
+        self._closed = False
         # Only this process makes it: a peer that sees it shares this host's /dev/shm.
-        self._probe = SharedMemory(name=f"{self.name}-probe", create=True, size=1)
+        try:
+            self._probe = Segment.create(probe_path(run_id, source, target), 1)
+        except BaseException:
+            self._probe = None
+            self.close()
+            raise
 
     def send(self, key: str, array: np.ndarray, timeout: float) -> None:
         """Copy ``array`` into a free segment and tell the receiver; returns without waiting
@@ -109,7 +170,7 @@ class ChannelSender:
             self._collect_returned(0.0)
             retired: list[str] = []
             segment = self._segment_for(max(int(array.nbytes), 1), retired, timeout)
-            view = np.ndarray(array.shape, dtype=array.dtype, buffer=segment.buf)
+            view = np.ndarray(array.shape, dtype=array.dtype, buffer=segment.memory)
             np.copyto(view, array, casting="no")
             del view  # no exported buffer may outlive the segment
             self._held[segment.name] = segment
@@ -122,7 +183,7 @@ class ChannelSender:
             }
             _write_all(self._ready, (json.dumps(header) + "\n").encode(), timeout)
 
-    def _segment_for(self, nbytes: int, retired: list[str], timeout: float) -> SharedMemory:
+    def _segment_for(self, nbytes: int, retired: list[str], timeout: float) -> Segment:
         fitting = [name for name, s in self._free.items() if s.size >= nbytes]
         if fitting:
             return self._free.pop(min(fitting, key=lambda name: self._free[name].size))
@@ -132,12 +193,12 @@ class ChannelSender:
             name = max(self._free, key=lambda n: self._free[n].size)
             old = self._free.pop(name)
             nbytes = max(nbytes, 2 * old.size)
-            close_and_unlink(old)
+            old.close_and_unlink()
             retired.append(name)
         if not has_room(nbytes):
             raise MemoryError(f"/dev/shm has no room for {nbytes} more bytes")
         name = f"{self.name}-{uuid.uuid4().hex[:8]}"
-        return SharedMemory(name=name, create=True, size=nbytes)
+        return Segment.create(os.path.join(self.directory, name), nbytes)
 
     def _collect_returned(self, timeout: float) -> None:
         """Move the segments the receiver handed back to the free pool (waiting up to
@@ -151,13 +212,18 @@ class ChannelSender:
 
     def close(self) -> None:
         with self._lock:
-            for segment in [self._probe, *self._free.values(), *self._held.values()]:
-                close_and_unlink(segment)
+            if self._closed:
+                return
+            self._closed = True
+            probe = [self._probe] if self._probe is not None else []
+            for segment in [*probe, *self._free.values(), *self._held.values()]:
+                segment.close_and_unlink()
             self._free.clear()
             self._held.clear()
             for fd in (self._ready, self._done):
                 with contextlib.suppress(OSError):
                     os.close(fd)
+            release_run_directory(self.run_id)
 
 
 class SharedMessage:
@@ -202,11 +268,11 @@ class ChannelReceiver:
     def __init__(
         self, run_id: str, source: int, target: int, deliver: Callable[[str, Any], None]
     ) -> None:
-        self.name = channel_name(run_id, source, target)
-        self.ready = _open_fifo(os.path.join(SHM_DIRECTORY, f"{self.name}-ready"))
-        self._done = _open_fifo(os.path.join(SHM_DIRECTORY, f"{self.name}-done"))
+        self.run_id, self.name = run_id, channel_name(source, target)
+        self.directory, self.ready, self._done = _open_fifos(run_id, self.name)
+        self._closed = False
         self._pending = bytearray()
-        self._attached: dict[str, SharedMemory] = {}
+        self._attached: dict[str, Segment] = {}
         self._deliver = deliver
         self._lock = threading.Lock()
 
@@ -220,12 +286,17 @@ class ChannelReceiver:
                         _close_quietly(segment)
                 segment = self._attached.get(header["segment"])
                 if segment is None:
-                    segment = self._attached[header["segment"]] = _attach(header["segment"])
+                    segment = self._attached[header["segment"]] = self._attach(header["segment"])
             view = np.ndarray(
-                tuple(header["shape"]), dtype=np.dtype(header["dtype"]), buffer=segment.buf
+                tuple(header["shape"]), dtype=np.dtype(header["dtype"]), buffer=segment.memory
             )
             name = header["segment"]
             self._deliver(header["key"], SharedMessage(view, lambda name=name: self._return(name)))
+
+    def _attach(self, name: str) -> Segment:
+        if os.path.basename(name) != name:  # only the sender writes headers, but still
+            raise ValueError(f"a channel header names a segment outside its run: {name!r}")
+        return Segment.attach(os.path.join(self.directory, name))
 
     def _return(self, name: str) -> None:
         # Called by the task that took the message; a sender that is gone no longer cares.
@@ -234,22 +305,19 @@ class ChannelReceiver:
 
     def close(self) -> None:
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True
             for segment in self._attached.values():
                 _close_quietly(segment)
             self._attached.clear()
             for fd in (self.ready, self._done):
                 with contextlib.suppress(OSError):
                     os.close(fd)
+            release_run_directory(self.run_id)
 
 
-def _attach(name: str) -> SharedMemory:
-    # Python < 3.13 also registers an attached segment with the resource tracker. The workers
-    # of a local cluster share their parent's tracker, so that is the sender's own entry
-    # again, removed when the sender unlinks (or swept when it dies).
-    return SharedMemory(name=name, create=False)
-
-
-def _close_quietly(segment: SharedMemory) -> None:
+def _close_quietly(segment: Segment) -> None:
     # A message still in a discarded mailbox may hold a view; its mapping then goes with it.
     with contextlib.suppress(BufferError):
         segment.close()
@@ -258,7 +326,18 @@ def _close_quietly(segment: SharedMemory) -> None:
 def probe_path(run_id: str, source: int, target: int) -> str:
     """The file a peer checks for to tell whether it sees the sender's /dev/shm (if not, it is
     on another host or in another IPC namespace, and the channel cannot be used)."""
-    return os.path.join(SHM_DIRECTORY, f"{channel_name(run_id, source, target)}-probe")
+    return os.path.join(run_directory(run_id), f"{channel_name(source, target)}-probe")
+
+
+def sees_probe(path: str) -> bool:
+    """On the peer: whether the sender's probe at ``path`` is here, as this user's private
+    file (something else there raises :class:`~workbench.safe_io.ForeignPathError`)."""
+    try:
+        verify_owned(os.path.dirname(path), stat.S_IFDIR)
+        verify_owned(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 class ChannelRegistry:

@@ -10,7 +10,6 @@ steps.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -18,7 +17,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from workbench.runtime.host_dataset import forget_dataset
 from workbench.runtime.mailbox import Mailbox
 from workbench.runtime.shared_memory import unlink_run_segments
-from workbench.runtime.shared_memory_channel import ChannelRegistry
+from workbench.runtime.shared_memory_channel import ChannelRegistry, sees_probe
 
 SERVICE_NAME = "dtrain-device-service"
 SEND_HANDLER = "dtrain_send"
@@ -54,14 +53,16 @@ class DeviceService(WorkerPlugin):
         forget_dataset(run_id)
         self.mailbox.discard(run_id)
         self.channels.discard(run_id)
-        unlink_run_segments(run_id)  # a peer that died could not unlink its own
+        # Lets go of the run's directory; the last of its processes to do so removes it,
+        # with whatever a peer that died left there.
+        unlink_run_segments(run_id)
 
     def _receive(self, key: str, payload: Any) -> str:
         self.mailbox.put(key, payload)
         return "ok"
 
     def _probe_shared(self, path: str) -> bool:
-        return os.path.exists(path)
+        return sees_probe(path)
 
     async def _call(self, run_id: str, method: str, arguments: dict) -> Any:
         """RPC into a run's resident object (a parameter shard answering pulls and pushes)."""
