@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from workbench.bench.command import bench_command
 from workbench.cli.doctor_command import doctor_command
 from workbench.cli.export_command import export_command
+from workbench.cli.gc_command import gc_command
 from workbench.data import load_dataset
 from workbench.events import EventLog
 from workbench.launch.errors import USER_ERRORS
@@ -40,6 +41,8 @@ commands:
   export  write a stored run's events for other tools: --tensorboard DIR RUN_ID
   doctor  report this machine's (and each worker's) packages and GPUs, and smoke-run every
           strategy on the devices found (dtrain doctor --help)
+  gc      remove what this user's crashed runs left on this host (shared memory, scratch
+          directories) and mark their records lost
 """
 
 
@@ -142,9 +145,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return export_command(rest)
     if command == "doctor":
         return doctor_command(rest)
+    if command == "gc":
+        return gc_command(rest)
     print(
         f"dtrain: error: unknown command {command!r}; choose one of: run, plan, calibrate, bench, "
-        "export, doctor",
+        "export, doctor, gc",
         file=sys.stderr,
     )
     return 2
