@@ -13,8 +13,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from workbench.events.records import PhaseEvent, ScalarEvent
@@ -173,6 +175,11 @@ def test_stopping_another_users_run_is_refused(tmp_path, other_user):
     theirs = store.create("theirs", _config())  # a run whose status.json is another user's
     os.chown(theirs.run.path / "status.json", other_user.uid, other_user.gid)
     sleeper = other_user.popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # setpriv drops to the other user before it execs Python: until then the pid is root's.
+    deadline = time.monotonic() + 10
+    while psutil.Process(sleeper.pid).uids().real != other_user.uid:
+        assert time.monotonic() < deadline, "the other user's process never changed user"
+        time.sleep(0.01)
     try:
         trained = store.create("trained-by-them", _config())
         status = trained.run.status()

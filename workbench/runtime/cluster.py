@@ -34,6 +34,7 @@ from workbench.runtime.device_probe import (
 )
 from workbench.runtime.devices import DeviceError, device_name
 from workbench.runtime.gpu_runtime import gpu_runtime, missing_gpu_reason
+from workbench.runtime.janitor import start_janitor
 from workbench.runtime.preflight import preflight
 from workbench.runtime.scratch import make_scratch_directory, sweep_stale_scratch_directories
 from workbench.runtime.shared_memory import sweep_stale_run_directories, unlink_run_segments
@@ -308,8 +309,9 @@ def start_cluster(
             # Decided before anything starts.
             device_type = local_device_type(device_type, devices, share_gpu)
             sweep_leftovers()
+            owned.append(start_janitor())  # closed last: told all went well
             scratch = make_scratch_directory()
-            owned.append(scratch)  # removed after the cluster, which closes first
+            owned.insert(0, scratch)  # removed after the cluster, which closes first
             dashboard_token = new_token()
             cluster = _local_cluster(
                 devices,
@@ -365,11 +367,12 @@ def start_cluster(
         if client is not None and owns_client:
             with contextlib.suppress(Exception):
                 client.close()
-        for cluster in owned:
+        for cluster in owned:  # the cluster, its scratch directory, then the janitor
             with contextlib.suppress(Exception):
                 cluster.close()
-        if owned and session is not None:
-            # Every worker of this run was on this host; one killed mid-run left its segments
-            # (a recovered run used one run id per attempt).
+        if session is not None:
+            # A worker killed mid-run (or retired while it still held the run) left its run
+            # directory on its host; sweep those of this host, whoever owns the cluster (a
+            # recovered run used one run id per attempt; what another process still holds stays).
             for run_id in {session.run_id, *session.earlier_run_ids}:
                 unlink_run_segments(run_id)
