@@ -24,4 +24,7 @@ def finite_or_none(value: Any) -> Any:
 def strict_dumps(value: Any, **options: Any) -> str:
     """``json.dumps`` of ``value`` with non-finite floats as null (``allow_nan=False`` then
     guards what the walk cannot see, such as a ``default`` hook's output)."""
-    return json.dumps(finite_or_none(value), allow_nan=False, **options)
+    try:  # most values hold only finite numbers: one pass, no copy
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:
+        return json.dumps(finite_or_none(value), allow_nan=False, **options)

@@ -79,6 +79,7 @@ STOP_MARKER = "stop-requested"
 STATUS_EVERY_S = 1.0  # how often a live run rewrites status.json (the sidebar's refresh)
 THROUGHPUT_WINDOW_S = 5.0  # the samples/s in status.json is over this much recent time
 # Fault events that rewrite status.json at once (there are a few per restart).
+PENDING_EVENT_BYTES = 2**16  # events held in memory before they are written anyway
 RESTART_EVENTS = ("failure", "recovery", "restarts", "recovery_seconds")
 
 
@@ -240,6 +241,8 @@ class RunRecorder:
             0o600,
         )
         self._events_size = os.fstat(self._events).st_size
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
         self._closed = False
         self._lock = threading.Lock()
         self._last_step = -1
@@ -266,19 +269,30 @@ class RunRecorder:
                 raise self._failure
 
     def _record(self, event: PhaseEvent | ScalarEvent, line: bytes) -> None:
-        self._append(line)
+        # Lines wait in memory and go out together (a system call per event would cost the
+        # training loop's thread on every step), whole, at least once a second.
+        self._pending.append(line)
+        self._pending_bytes += len(line)
         self._last_step = max(self._last_step, event.step)
         if isinstance(event, ScalarEvent) and event.name == "loss":
             self._note_loss(event)
         urgent = self._note_fault(event)
         now = time.monotonic()
+        if self._pending_bytes > PENDING_EVENT_BYTES:
+            self._write_pending()
         if urgent or now - self._last_flush > STATUS_EVERY_S:  # seen elsewhere within ~1 s
+            self._write_pending()
             self._last_flush = now
             self._status["step"] = self._last_step + 1
             write_json_atomically(self.run.path / "status.json", _status_text(self._status))
 
+    def _write_pending(self) -> None:
+        lines, self._pending, self._pending_bytes = self._pending, [], 0
+        if lines:
+            self._append(b"".join(lines))
+
     def _append(self, line: bytes) -> None:
-        """One whole line at the end of the events file, in one write; a write cut short (a
+        """Whole lines at the end of the events file, in one write; a write cut short (a
         full disk) is taken back, so the file always ends on a whole line."""
         written = os.write(self._events, line)
         if written < len(line):
@@ -335,6 +349,11 @@ class RunRecorder:
         with self._lock:
             if not self._closed:
                 self._closed = True
+                if self._failure is None:
+                    try:
+                        self._write_pending()
+                    except OSError as write_error:
+                        self._failure = self._store_error("record", write_error)
                 os.close(self._events)
             failure, told = self._failure, self._failure_raised
         if summary is not None and failure is None:
