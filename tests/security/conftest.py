@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -71,3 +73,40 @@ def other_user():
     yield user
     subprocess.run(["pkill", "-KILL", "-u", str(user.uid)], capture_output=True)
     subprocess.run(["userdel", user.name], capture_output=True)
+
+
+def made_by_a_killed_process(make: Callable[[], str]) -> str:
+    """What ``make`` returns (a path it made), made in a child process then killed with
+    SIGKILL: as ``kill -9`` of a client, nothing of its own cleanup ran."""
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child makes the path and waits to be killed
+        try:
+            os.write(writer, make().encode() + b"\n")
+            signal.pause()
+        finally:
+            os._exit(1)
+    os.close(writer)
+    with os.fdopen(reader) as lines:
+        path = lines.readline().strip()
+    os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+    return path
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 64 KiB tmpfs, so a run's recording fills it."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a tiny tmpfs needs root and mount")
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], capture_output=True)

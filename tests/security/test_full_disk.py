@@ -7,30 +7,12 @@ import contextlib
 import importlib
 import io
 import json
-import subprocess
-
-import pytest
 
 cli_main = importlib.import_module("workbench.cli.main")
 
 
-@pytest.fixture
-def tiny_disk(tmp_path):
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if made.returncode != 0:
-        pytest.skip(f"a full disk needs a small tmpfs mount: {made.stderr.strip()}")
-    yield mount
-    subprocess.run(["umount", str(mount)], capture_output=True)
-
-
-def test_a_full_disk_ends_the_run_failed_with_one_line(tiny_disk, monkeypatch):
-    monkeypatch.setenv("DTRAIN_RUN_STORE", str(tiny_disk / "runs"))
+def test_a_full_disk_ends_the_run_failed_with_one_line(full_disk, monkeypatch):
+    monkeypatch.setenv("DTRAIN_RUN_STORE", str(full_disk / "runs"))
     errors = io.StringIO()
     with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
         code = cli_main.main(["run", "--steps", "400", "--hidden", "16"])
@@ -38,7 +20,7 @@ def test_a_full_disk_ends_the_run_failed_with_one_line(tiny_disk, monkeypatch):
     assert code == 2
     assert len(lines) == 1 and lines[0].startswith("dtrain run: error: "), lines
     assert "No space left on device" in lines[0]
-    (run,) = [path for path in (tiny_disk / "runs").iterdir() if path.name != "calibrations"]
+    (run,) = [path for path in (full_disk / "runs").iterdir() if path.name != "calibrations"]
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "failed" and "No space left" in status["error"]
     assert (run / "events.jsonl").read_bytes().endswith(b"\n")

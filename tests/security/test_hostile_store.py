@@ -211,24 +211,6 @@ def test_a_killed_run_is_marked_lost_with_the_reason(tmp_path):
     assert RunsManager(RunStore(tmp_path)).runs()[0]["state"] == "lost"
 
 
-@pytest.fixture
-def full_disk(tmp_path):
-    """A 64 KiB tmpfs, so a run's recording fills it."""
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("a tiny tmpfs needs root and mount")
-    made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
-
-
 def test_a_full_disk_ends_the_run_failed_with_the_reason(full_disk, monkeypatch):
     from workbench.store import StoreError
 

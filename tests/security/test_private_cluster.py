@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import dask
 import pytest
 from bokeh.client import pull_session
 
+from tests.security.conftest import made_by_a_killed_process
 from workbench.dashboard import scheduler_options
 from workbench.runtime.cluster import start_cluster
 
@@ -216,25 +216,16 @@ def test_scratch_is_private_never_a_planted_directory_and_removed_on_close(
 
 
 def _killed_owner() -> str:
-    """The scratch directory of a process killed with SIGKILL (as ``kill -9`` of a client:
-    nothing of its own cleanup ran)."""
+    """The scratch directory of a process killed with SIGKILL."""
     from workbench.runtime.scratch import make_scratch_directory
 
-    reader, writer = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child makes the directory and waits to be killed
-        try:
-            scratch = make_scratch_directory()
-            os.write(writer, scratch.path.encode() + b"\n")
-            signal.pause()
-        finally:
-            os._exit(1)
-    os.close(writer)
-    with os.fdopen(reader) as lines:
-        path = lines.readline().strip()
-    os.kill(child, signal.SIGKILL)
-    os.waitpid(child, 0)
-    return path
+    kept = []  # the directory lives as long as its object: until the child is killed
+
+    def make() -> str:
+        kept.append(make_scratch_directory())
+        return kept[-1].path
+
+    return made_by_a_killed_process(make)
 
 
 def test_the_stale_sweep_removes_a_dead_owners_directory_and_keeps_live_and_foreign_ones(

@@ -12,7 +12,6 @@ import io
 import json
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tests.security.conftest import made_by_a_killed_process
 from workbench.runtime import shared_memory
 from workbench.runtime.shared_memory_channel import ChannelReceiver, ChannelSender
 from workbench.safe_io import ForeignPathError
@@ -367,22 +367,8 @@ def test_another_users_objects_are_reported_and_skipped_by_every_sweep(attacker,
 
 
 def _held_by_a_killed_process(run_id: str) -> str:
-    """Run ``run_id``'s directory, held by a process then killed with SIGKILL (nothing of its
-    own cleanup ran)."""
-    reader, writer = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child holds the directory and waits to be killed
-        try:
-            os.write(writer, shared_memory.hold_run_directory(run_id).encode() + b"\n")
-            signal.pause()
-        finally:
-            os._exit(1)
-    os.close(writer)
-    with os.fdopen(reader) as lines:
-        path = lines.readline().strip()
-    os.kill(child, signal.SIGKILL)
-    os.waitpid(child, 0)
-    return path
+    """Run ``run_id``'s directory, held by a process then killed with SIGKILL."""
+    return made_by_a_killed_process(lambda: shared_memory.hold_run_directory(run_id))
 
 
 def test_the_stale_sweep_removes_a_dead_runs_directory_and_keeps_a_live_one():
