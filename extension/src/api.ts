@@ -50,6 +50,8 @@ export interface IRun {
   damage: string | null;
   /** The fields that held NaN or an infinity, which the server sends as null ([] if none). */
   nonFinite: string[];
+  /** Why the run failed or restarted, one line each ([] if never, or not recorded). */
+  failureReasons: string[];
 }
 
 /** One Dask cluster the workbench knows about. */
@@ -125,6 +127,13 @@ function numberList(value: unknown): number[] {
   return items.filter((item): item is number => numberOrNull(item) !== null);
 }
 
+/** The non-empty strings of a list (anything else: none). */
+function stringList(value: unknown): string[] {
+  return Array.isArray(value)
+    ? value.filter((item): item is string => typeof item === 'string' && item.length > 0)
+    : [];
+}
+
 function stringOrNull(value: unknown): string | null {
   return typeof value === 'string' && value.length > 0 ? value : null;
 }
@@ -152,9 +161,8 @@ export function parseRun(raw: unknown): IRun | null {
     droppedUpdates: numberOrNull(raw.dropped_updates),
     recoverySeconds: numberList(raw.recovery_seconds),
     damage: stringOrNull(raw.damage),
-    nonFinite: Array.isArray(raw.non_finite)
-      ? raw.non_finite.filter((name): name is string => typeof name === 'string')
-      : []
+    nonFinite: stringList(raw.non_finite),
+    failureReasons: stringList(raw.failure_reasons)
   };
 }
 

@@ -1,7 +1,9 @@
 /**
- * A run's live charts as main-area panels: one `MainAreaWidget` per chart page, each an
- * `IFrame` on the page the server renders (`workbench/runs/<id>/charts/<page>`, which polls by
- * itself). A run's four panels dock as a 2x2 grid; a second run docks to the right of the first.
+ * A run's live charts as main-area tabs: one `MainAreaWidget` per chart page, each an `IFrame`
+ * on the page the server renders (`workbench/runs/<id>/charts/<page>`, which polls by itself and
+ * stacks the page's charts at the full width of the tab). A run's four tabs open next to the
+ * last chart tab (or the notebook or launcher in view), so each chart gets the whole main area
+ * instead of a quarter of it; a second run's tabs follow the first's.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { IFrame, MainAreaWidget, WidgetTracker } from '@jupyterlab/apputils';
@@ -24,17 +26,11 @@ const TITLES: Record<ChartPage, string> = {
   communication: 'Communication'
 };
 
-/** Where each page docks: the first alone, the others relative to an earlier one. */
-const PLACEMENT: Record<ChartPage, { mode: DockMode; relativeTo: ChartPage | null }> = {
-  loss: { mode: 'split-right', relativeTo: null },
-  utilization: { mode: 'split-right', relativeTo: 'loss' },
-  timeline: { mode: 'split-bottom', relativeTo: 'loss' },
-  communication: { mode: 'split-bottom', relativeTo: 'utilization' }
-};
-
-const WHOLE_MAIN_AREA = 'dtrain-workbench-whole-main-area';
-
-type DockMode = 'split-right' | 'split-bottom' | 'tab-after';
+/** Where a tab goes: after the widget `ref` in its tab bar, or wherever the shell puts it. */
+interface IPlacement {
+  mode?: 'tab-after';
+  ref?: string;
+}
 
 /** The URL of a run's chart page. */
 export function chartUrl(baseUrl: string, runId: string, page: ChartPage): string {
@@ -76,47 +72,41 @@ export class RunChartPanels {
    * @returns the run's panels, in page order
    */
   open(runId: string, pages: ReadonlyArray<ChartPage> = CHART_PAGES): MainAreaWidget<IFrame>[] {
-    const placed = new Map<ChartPage, MainAreaWidget<IFrame>>();
+    let first: MainAreaWidget<IFrame> | null = null;
     for (const page of pages) {
       const id = chartPanelId(runId, page);
       const existing = this._open.get(id);
+      let panel: MainAreaWidget<IFrame>;
       if (existing && !existing.isDisposed) {
-        placed.set(page, existing);
-        continue;
+        panel = existing;
+      } else {
+        const placement = this._placement(); // read before the new panel counts as open
+        panel = this._createPanel(runId, page);
+        this._app.shell.add(panel, 'main', { ...placement, activate: false });
       }
-      const panel = this._createPanel(runId, page);
-      const { mode, relativeTo } = PLACEMENT[page];
-      const anchor = relativeTo ? placed.get(relativeTo) : undefined;
-      // An anchor that was closed falls back to docking next to any panel of the run.
-      const reference = anchor ?? (relativeTo ? placed.values().next().value : undefined);
-      this._app.shell.add(panel, 'main', {
-        ...(reference ? { mode, ref: reference.id } : this._firstPlacement()),
-        activate: false
-      });
-      placed.set(page, panel);
+      first = first ?? panel;
     }
-    for (const page of [...CHART_PAGES].reverse()) {
-      const panel = placed.get(page);
-      if (panel) {
-        this._app.shell.activateById(panel.id); // the first page ends up focused
-      }
+    if (first) {
+      this._app.shell.activateById(first.id); // the run's first page is the one in view
     }
     return this.panels(runId);
   }
 
   /**
-   * Where a run's first panel goes: to the right of what is open (a notebook stays in view,
-   * a second run sits next to the first), or over the launcher when only launchers are open.
+   * Where the next tab goes: after the newest chart tab still open (a run's pages in order, a
+   * second run after the first), else after the widget in view (the notebook that started the
+   * run, or the launcher), in the same tab bar.
    */
-  private _firstPlacement(): { mode: DockMode; ref?: string } {
-    const open = Array.from(this._app.shell.widgets('main'));
-    const launchers = open.filter(widget => widget.node.querySelector('.jp-Launcher-body'));
-    if (open.length > 0 && launchers.length === open.length) {
-      return { mode: 'tab-after', ref: launchers[launchers.length - 1].id };
+  private _placement(): IPlacement {
+    const charts = Array.from(this._open.values()).filter(panel => panel.isAttached);
+    const last = charts[charts.length - 1];
+    if (last) {
+      return { mode: 'tab-after', ref: last.id };
     }
-    // LabShell docks relative to the current widget when no ref is given; an id that matches
-    // no widget makes the reference the whole main area, so a new run gets its own column.
-    return { mode: 'split-right', ref: WHOLE_MAIN_AREA };
+    const open = Array.from(this._app.shell.widgets('main'));
+    const current = this._app.shell.currentWidget;
+    const reference = current && open.includes(current) ? current : open[open.length - 1];
+    return reference ? { mode: 'tab-after', ref: reference.id } : {};
   }
 
   private _createPanel(runId: string, page: ChartPage): MainAreaWidget<IFrame> {

@@ -17,7 +17,7 @@ import { ReadonlyJSONObject, ReadonlyPartialJSONObject } from '@lumino/coreutils
 
 import { IRun } from './api';
 import { isChartPage, RunChartPanels } from './chartPanels';
-import { workbenchIcon } from './icons';
+import { workbenchIcon, workbenchIconUrl } from './icons';
 import { RunsModel } from './model';
 import { RunsSidebar } from './sidebar';
 
@@ -106,7 +106,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           return;
         }
         const result = await model.stopRun(runId);
-        sidebar.notify(result.message, !result.ok);
+        sidebar.notify(result.message, !result.ok, runId);
         if (!result.ok) {
           Notification.error(result.message, { autoClose: 5000 });
         }
@@ -139,6 +139,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     launcher?.add({
       command: CommandIDs.newNotebook,
       args: { isLauncher: true },
+      // A "Notebook" card draws this image; without one it draws the label's first letter.
+      kernelIconUrl: workbenchIconUrl,
       category: 'Notebook',
       rank: 10
     });

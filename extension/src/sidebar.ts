@@ -61,10 +61,27 @@ export class RunsSidebar extends Widget {
     this._render();
   }
 
-  /** Show a message below the header (e.g. the answer to a stop request). */
-  notify(message: string, isError = false): void {
-    this._notice = { message, isError };
+  /**
+   * Show a message below the header (e.g. the answer to a stop request) for `NOTICE_MS`
+   * (errors `ERROR_NOTICE_MS`); a notice about run `runId` goes as soon as that run is no
+   * longer live (it has stopped: its row says so).
+   */
+  notify(message: string, isError = false, runId: string | null = null): void {
+    window.clearTimeout(this._noticeTimer);
+    this._notice = { message, isError, runId };
+    this._noticeTimer = window.setTimeout(
+      () => {
+        this._notice = null;
+        this._renderStatus(this._options.model);
+      },
+      isError ? ERROR_NOTICE_MS : NOTICE_MS
+    );
     this._render();
+  }
+
+  /** The notice shown now, or null. */
+  get notice(): string | null {
+    return this._notice?.message ?? null;
   }
 
   protected onAfterShow(msg: Message): void {
@@ -82,6 +99,7 @@ export class RunsSidebar extends Widget {
       return;
     }
     this._options.model.changed.disconnect(this._render, this);
+    window.clearTimeout(this._noticeTimer);
     super.dispose();
   }
 
@@ -98,6 +116,10 @@ export class RunsSidebar extends Widget {
     if (model.status === 'error') {
       parts.push(`Cannot load runs: ${model.error ?? 'unknown error'}`);
       isError = true;
+    }
+    const about = this._notice?.runId ? model.run(this._notice.runId) : undefined;
+    if (about && !isLive(about)) {
+      this._notice = null; // the run has stopped: its row says so now
     }
     if (this._notice) {
       parts.push(this._notice.message);
@@ -183,16 +205,27 @@ export class RunsSidebar extends Widget {
   private _clusterList: HTMLElement;
   private _runList: HTMLElement;
   private _rows = new Map<string, HTMLElement>();
-  private _notice: { message: string; isError: boolean } | null = null;
+  private _notice: { message: string; isError: boolean; runId: string | null } | null = null;
+  private _noticeTimer = 0;
 }
 
+/** How long a notice stays at most (ms): an error a little longer, to be read. */
+export const NOTICE_MS = 5000;
+export const ERROR_NOTICE_MS = 10000;
+
 /** The fields a run row shows, in order: [class suffix, label]. */
+// The devices go in the head ("mirrored ×2"): four columns did not fit a sidebar.
 const FIELDS: ReadonlyArray<[string, string]> = [
-  ['devices', 'Devices'],
   ['step', 'Step'],
   ['loss', 'Loss'],
   ['speed', 'Samples/s']
 ];
+// Each label's tooltip (the labels stay short so the four fit on one line).
+const FIELD_TITLES: Record<string, string> = {
+  step: 'Steps done / steps in the run',
+  loss: 'Training loss of the latest step',
+  speed: 'Samples per second, over the last steps'
+};
 
 /** The exports of a run the server offers: [endpoint, link text, file name suffix, tooltip]. */
 const EXPORTS: ReadonlyArray<[string, string, string, string]> = [
@@ -206,14 +239,18 @@ function createRunRow(runId: string, baseUrl: string): HTMLElement {
   row.tabIndex = 0;
   row.title = `Open the charts of run ${runId}`;
   const head = element('div', 'jp-WorkbenchRun-head');
+  const devices = element('span', 'jp-WorkbenchRun-deviceCount');
+  devices.append(element('span', 'jp-WorkbenchRun-devices'));
   head.append(
     element('span', 'jp-WorkbenchRun-strategy'),
+    devices,
     element('span', 'jp-WorkbenchRun-state'),
     button('Stop', 'jp-WorkbenchRun-stop')
   );
   const fields = element('div', 'jp-WorkbenchRun-fields');
   for (const [name, label] of FIELDS) {
     const field = element('div', 'jp-WorkbenchRun-field');
+    field.title = FIELD_TITLES[name] ?? label;
     field.append(
       element('span', 'jp-WorkbenchRun-label', label),
       element('span', `jp-WorkbenchRun-value jp-WorkbenchRun-${name}`)
@@ -229,6 +266,9 @@ function createRunRow(runId: string, baseUrl: string): HTMLElement {
     link.title = tooltip;
     exports.append(link);
   }
+  // Shortened with an ellipsis in a narrow sidebar: the tooltip has it whole.
+  const idLine = element('div', 'jp-WorkbenchRun-id', runId);
+  idLine.title = runId;
   const faults = element('div', 'jp-WorkbenchRun-faults');
   faults.hidden = true;
   const problem = element('div', 'jp-WorkbenchRun-problem');
@@ -238,7 +278,7 @@ function createRunRow(runId: string, baseUrl: string): HTMLElement {
     fields,
     faults,
     problem,
-    element('div', 'jp-WorkbenchRun-id', runId),
+    idLine,
     exports
   );
   return row;
@@ -246,6 +286,7 @@ function createRunRow(runId: string, baseUrl: string): HTMLElement {
 
 function updateRunRow(row: HTMLElement, run: IRun): void {
   setText(row, '.jp-WorkbenchRun-strategy', run.strategy);
+  setTitle(row, '.jp-WorkbenchRun-strategy', `${run.strategy} · run ${run.id}`);
   const state = row.querySelector<HTMLElement>('.jp-WorkbenchRun-state');
   if (state) {
     state.textContent = run.state;
@@ -259,10 +300,17 @@ function updateRunRow(row: HTMLElement, run: IRun): void {
     stop.title = `Stop run ${run.id} after the step in flight`;
   }
   setText(row, '.jp-WorkbenchRun-devices', formatCount(run.devices));
+  setTitle(
+    row,
+    '.jp-WorkbenchRun-deviceCount',
+    run.devices === null ? 'devices unknown' : `${run.devices} device${run.devices === 1 ? '' : 's'}`
+  );
   const step =
     run.steps !== null ? `${formatCount(run.step)}/${formatCount(run.steps)}` : formatCount(run.step);
   setText(row, '.jp-WorkbenchRun-step', step);
+  setTitle(row, '.jp-WorkbenchRun-step', `step ${step}`);
   setText(row, '.jp-WorkbenchRun-loss', formatLoss(run.loss));
+  setTitle(row, '.jp-WorkbenchRun-loss', run.loss === null ? 'no loss yet' : `loss ${run.loss}`);
   setText(row, '.jp-WorkbenchRun-speed', formatSpeed(run.samplesPerSecond));
   updateFaults(row, run);
   updateProblem(row, run);
@@ -281,6 +329,7 @@ export function problemSummary(run: IRun): string {
   if (run.nonFinite.length > 0) {
     parts.push(`NaN/∞: ${run.nonFinite.join(', ')}`);
   }
+  parts.push(...run.failureReasons);
   return parts.join(' · ');
 }
 
@@ -292,10 +341,17 @@ function updateProblem(row: HTMLElement, run: IRun): void {
   const summary = problemSummary(run);
   setText(row, '.jp-WorkbenchRun-problem', summary);
   node.hidden = summary.length === 0;
-  node.title =
-    run.damage !== null
-      ? 'The run store could not read this run; its other fields may be missing'
-      : 'These values were NaN or infinite (a diverged run) and show as –';
+  const notes: string[] = [];
+  if (run.damage !== null) {
+    notes.push('The run store could not read this run; its other fields may be missing');
+  }
+  if (run.nonFinite.length > 0) {
+    notes.push('These values were NaN or infinite (a diverged run) and show as –');
+  }
+  if (run.failureReasons.length > 0) {
+    notes.push(`Why the run failed or restarted:\n${run.failureReasons.join('\n')}`);
+  }
+  node.title = notes.join('\n');
   row.classList.toggle('jp-mod-damaged', run.damage !== null);
   row.classList.toggle('jp-mod-nonfinite', run.nonFinite.length > 0);
 }
@@ -357,6 +413,13 @@ function formatSpeed(value: number | null): string {
     return '–';
   }
   return value >= 1000 ? `${(value / 1000).toFixed(1)}k` : value.toFixed(0);
+}
+
+function setTitle(root: HTMLElement, selector: string, title: string): void {
+  const node = root.querySelector<HTMLElement>(selector);
+  if (node && node.title !== title) {
+    node.title = title;
+  }
 }
 
 function setText(root: HTMLElement, selector: string, text: string): void {

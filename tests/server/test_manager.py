@@ -31,6 +31,7 @@ RECORD_FIELDS = {
     "failures",
     "dropped_updates",
     "recovery_seconds",
+    "failure_reasons",
     "damage",
     "non_finite",
 }

@@ -10,6 +10,10 @@ The fault phases (``failure``, ``recovery``, ``dropped``) go to timeline charts 
 each its own way and lists only those a run had in its legend; they are neither compute nor
 communication in the utilization bars, and failures and recoveries are no step's work in the
 straggler view.
+
+The other phases also go to ``phase_shares`` (:mod:`workbench.charts.phase_shares`): the whole
+run as per-interval phase shares, a few hundred rows at any run length, beside the detailed
+timeline of its last steps.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from workbench.charts.phase_shares import PhaseShares
 from workbench.events import EventLog
 from workbench.events.records import COMMUNICATION_PHASES, PhaseEvent, ScalarEvent
 from workbench.events.summary import BUSY_PHASES
@@ -73,6 +78,8 @@ class ChartFeed:
         self._step_spans: dict[tuple[str, int], list[float]] = {}
         self._devices: list[str] = []
         self._gpu: dict[str, dict[str, float]] = defaultdict(dict)  # device -> latest NVML
+        self._shares = PhaseShares()
+        self._phases_seen: list[str] = []  # the order phase shares are laid out in
 
     def update(self) -> ChartUpdate:
         update = ChartUpdate()
@@ -87,7 +94,9 @@ class ChartFeed:
         if any(isinstance(event, PhaseEvent) or event.name in GPU_SCALARS for event in new):
             update.replaced["utilization"] = self.utilization()
             update.replaced["traffic"] = self.traffic()
+            update.replaced["traffic_notes"] = self.traffic_notes()
             update.replaced["stragglers"] = self.stragglers()
+            update.replaced["phase_shares"] = self.phase_shares()
         return update
 
     def _scalar(self, event: ScalarEvent, update: ChartUpdate) -> None:
@@ -133,6 +142,10 @@ class ChartFeed:
         if event.phase not in NOT_STEP_WORK:  # a recovery's seconds would pass for a slow step
             self._step_end[event.step] = max(self._step_end.get(event.step, event.end), event.end)
             self._step_span(event)
+        if event.phase not in FAULT_TIMELINES:
+            if event.phase not in self._phases_seen:
+                self._phases_seen.append(event.phase)
+            self._shares.add(event.device, event.phase, event.start, event.end)
         update.append(
             FAULT_TIMELINES.get(event.phase, "timeline"),
             device=event.device,
@@ -194,12 +207,23 @@ class ChartFeed:
             rows["gpu_memory_used"].append(gpu.get("gpu_memory_used", np.nan))
         return rows
 
+    def phase_shares(self) -> dict[str, list]:
+        """Per device and interval of the run, each phase's share of the interval (phases in
+        the order the run first had them, so a step reads left to right)."""
+        return self._shares.table(self._phases_seen)
+
     def traffic(self) -> dict[str, list]:
         return {
             "device": list(self._devices),
             "sent": [self._sent[device] for device in self._devices],
             "received": [self._received[device] for device in self._devices],
         }
+
+    def traffic_notes(self) -> dict[str, list]:
+        """The devices that moved no byte (a one-device or failed run), to say so on their
+        row of the traffic chart rather than leave it blank."""
+        quiet = [d for d in self._devices if self._sent[d] + self._received[d] == 0]
+        return {"device": quiet, "note": ["no traffic"] * len(quiet)}
 
     def stragglers(self) -> dict[str, list]:
         """Per device, its step time (first phase start to last phase end) min/median/max

@@ -1,7 +1,12 @@
 """Live Bokeh charts of a run: loss, throughput, per-device utilization, traffic, a timeline
 of every device's phases (pipeline bubbles, all-reduce phases, parameter-server pushes and pulls
 show up as gaps and colours; a failure as a red line and triangle on its device's row, a
-recovery as a hatched band, a dropped push in orange) and a straggler view.
+recovery as a hatched band, a dropped push in orange) and a straggler view. The timeline shows
+the detail of the last ``DETAIL_STEPS`` steps; the ``phases`` chart above it shows the whole run
+as per-interval phase shares (:mod:`workbench.charts.phase_shares`), readable at any length.
+
+Every chart labels both axes, keeps its legend outside the data and has a small toolbar (pan,
+box zoom, reset) that shows while the pointer is over it (docs/jupyterlab.md, "Chart tabs").
 
 Each chart reads a ``ColumnDataSource``; :meth:`LiveCharts.refresh` feeds it what arrived since
 the last refresh (``stream`` with rollover for the growing charts, whole tables for the
@@ -22,8 +27,11 @@ import numpy as np
 from bokeh.core.properties import field
 from bokeh.layouts import column, row
 from bokeh.models import (
+    CDSView,
     ColumnDataSource,
+    CustomJSFilter,
     CustomJSTickFormatter,
+    DataRange1d,
     HoverTool,
     LegendItem,
     NumeralTickFormatter,
@@ -32,6 +40,7 @@ from bokeh.plotting import figure
 from bokeh.transform import dodge, factor_cmap
 
 from workbench.charts.chart_data import FAULT_TIMELINES, ChartFeed
+from workbench.charts.phase_shares import SHARE_COLUMNS
 from workbench.events import EventLog
 
 MAX_REFRESH_HZ = 10
@@ -42,11 +51,12 @@ ROLLOVER = {
     "timeline": 20_000,
     **{chart: 20_000 for chart in FAULT_TIMELINES.values()},
 }
-# Compute in greens, moving tensors in blues and purples, waiting in grey: the utilization bars
-# (compute / communication / idle) use the same three families.
+# Compute green and the optimizer's update olive (two hues: side by side on a long run a light
+# and a dark green read as one), moving tensors in blues and purples, waiting in grey; the
+# utilization bars (compute / communication / idle) use the green, blue and grey.
 PHASE_COLOURS = {
     "compute": "#2ca02c",
-    "update": "#98df8a",
+    "update": "#bcbd22",
     "allreduce": "#1f77b4",
     "send": "#17becf",
     "recv": "#aec7e8",
@@ -73,8 +83,26 @@ const [kind, ordinal] = (fields.device || "CPU:0").split(":");
 const job = fields.job && fields.job !== "worker" ? fields.job + "-" : "";
 return job + "task" + fields.task + "-" + kind.toLowerCase() + ordinal;
 """
-FIGURE_NAMES = ("loss", "throughput", "utilization", "traffic", "timeline", "stragglers")
+FIGURE_NAMES = (
+    "loss",
+    "throughput",
+    "utilization",
+    "traffic",
+    "phases",
+    "timeline",
+    "stragglers",
+)
 UTILIZATION_TITLE = "utilization (last 5 s)"
+DETAIL_STEPS = 200  # the timeline's detail: a few hundred steps still show each phase
+# Keeps the rows of the newest DETAIL_STEPS steps (a CDSView filter: the source keeps streaming
+# as before; the browser picks the rows to draw, and the x range follows them).
+LAST_STEPS_JS = """
+const steps = source.data.step;
+let newest = -Infinity;
+for (const step of steps) if (step > newest) newest = step;
+return Array.from(steps, step => step > newest - keep);
+"""
+TOOLS = "pan,box_zoom,reset"
 
 
 def _figure(title: str, **options) -> figure:
@@ -82,7 +110,15 @@ def _figure(title: str, **options) -> figure:
     options.setdefault("height", HEIGHT)
     # Fill the notebook's output width (the widths above are the minimum each chart asks for).
     options.setdefault("sizing_mode", "stretch_width")
-    return figure(title=title, tools="pan,wheel_zoom,box_zoom,reset,save", **options)
+    chart = figure(title=title, tools=TOOLS, **options)
+    chart.toolbar.autohide = True  # over the chart's corner only while the pointer is in it
+    chart.toolbar.logo = None
+    return chart
+
+
+def _hover(**options) -> HoverTool:
+    # Works without its button, which would make the toolbar longer.
+    return HoverTool(visible=False, **options)
 
 
 def _arrays(columns: dict[str, list]) -> dict[str, Any]:
@@ -120,6 +156,8 @@ class LiveCharts:
                 "gpu_memory_used",
             ],
             "traffic": ["device", "sent", "received"],
+            "traffic_notes": ["device", "note"],
+            "phase_shares": list(SHARE_COLUMNS),
             "timeline": TIMELINE_COLUMNS,
             **{chart: TIMELINE_COLUMNS for chart in FAULT_TIMELINES.values()},
             "stragglers": ["device", "min", "median", "max"],
@@ -134,6 +172,7 @@ class LiveCharts:
             "throughput": self._throughput,
             "utilization": self._utilization,
             "traffic": self._traffic,
+            "phases": self._phases,
             "timeline": self._timeline,
             "stragglers": self._stragglers,
         }
@@ -146,7 +185,7 @@ class LiveCharts:
             for pair in pairs
             if any(name in charts for name in pair)
         ]
-        wide = [charts[name] for name in ("timeline", "stragglers") if name in charts]
+        wide = [charts[name] for name in ("phases", "timeline", "stragglers") if name in charts]
         self.layout = column(*rows, *wide, **stretch)
         self._lock = threading.Lock()
 
@@ -173,7 +212,7 @@ class LiveCharts:
     # The charts ---------------------------------------------------------------------------
 
     def _loss(self) -> figure:
-        chart = _figure("loss", x_axis_label="step")
+        chart = _figure("loss", x_axis_label="step", y_axis_label="loss")
         chart.line("step", "loss", source=self.sources["loss"], legend_label="train")
         chart.scatter(
             "step",
@@ -183,17 +222,17 @@ class LiveCharts:
             color="firebrick",
             legend_label="test",
         )
-        chart.legend.location = "top_right"
+        _legend_below(chart)
         return chart
 
     def _throughput(self) -> figure:
-        chart = _figure("throughput (samples/s)", x_axis_label="step")
+        chart = _figure("throughput", x_axis_label="step", y_axis_label="samples/s")
         chart.yaxis.formatter = NumeralTickFormatter(format="0,0")
         chart.line("step", "samples_per_second", source=self.sources["throughput"])
         return chart
 
     def _device_figure(self, title: str, **options) -> figure:
-        chart = _figure(title, y_range=[], **options)
+        chart = _figure(title, y_range=[], y_axis_label="device", **options)
         # The factors stay the full device names (the data and the hover use them); the axis
         # shows the short names of Dask's task keys, so the labels leave the bars their width.
         chart.yaxis.formatter = CustomJSTickFormatter(code=SHORT_DEVICE_NAME_JS)
@@ -201,7 +240,9 @@ class LiveCharts:
         return chart
 
     def _utilization(self) -> figure:
-        chart = self._device_figure(UTILIZATION_TITLE, x_range=(0, 1), height=HEIGHT + 30)
+        chart = self._device_figure(
+            UTILIZATION_TITLE, x_range=(0, 1), height=HEIGHT + 30, x_axis_label="share of time"
+        )
         chart.hbar_stack(
             ["compute", "communication", "idle"],
             y="device",
@@ -224,7 +265,7 @@ class LiveCharts:
             visible=False,
         )
         chart.add_tools(
-            HoverTool(
+            _hover(
                 renderers=[self._gpu_marker],
                 tooltips=[
                     ("NVML GPU utilization", "@gpu_utilization{0%}"),
@@ -236,7 +277,13 @@ class LiveCharts:
         return chart
 
     def _traffic(self) -> figure:
-        chart = self._device_figure("bytes sent / received", height=HEIGHT + 30)
+        # From 0: with no traffic at all (a failed run) the range would centre on it, -1 to 1 B.
+        chart = self._device_figure(
+            "bytes sent / received",
+            height=HEIGHT + 30,
+            x_axis_label="bytes",
+            x_range=DataRange1d(start=0),
+        )
         source = self.sources["traffic"]
         bars = (("sent", 0.18, COMMUNICATION), ("received", -0.18, "#aec7e8"))
         for direction, offset, colour in bars:
@@ -250,25 +297,69 @@ class LiveCharts:
             )
         chart.xaxis.formatter = NumeralTickFormatter(format="0.0b")
         chart.xaxis.ticker.desired_num_ticks = 4  # byte labels are wide
+        chart.text(
+            x=0,
+            y="device",
+            text="note",
+            source=self.sources["traffic_notes"],
+            x_offset=6,
+            text_baseline="middle",
+            text_font_size="11px",
+            text_color="#555555",
+        )
+        _legend_below(chart)
+        return chart
+
+    def _phases(self) -> figure:
+        chart = self._device_figure(
+            "phase shares per interval, whole run",
+            width=2 * WIDTH,
+            height=HEIGHT,
+            x_axis_label="seconds since start",
+        )
+        bars = chart.quad(
+            left="interval_start",
+            right="interval_end",
+            bottom="bottom",
+            top="top",
+            source=self.sources["phase_shares"],
+            color=factor_cmap("phase", list(PHASE_COLOURS.values()), list(PHASE_COLOURS)),
+            legend_field="phase",
+        )
+        chart.add_tools(
+            _hover(
+                renderers=[bars],
+                tooltips=[
+                    ("phase", "@phase"),
+                    ("share", "@share{0%}"),
+                    ("interval from", "@interval_start{0.00} s"),
+                ],
+            )
+        )
         _legend_below(chart)
         return chart
 
     def _timeline(self) -> figure:
         chart = self._device_figure(
-            "timeline", width=2 * WIDTH, height=HEIGHT + 40, x_axis_label="seconds since start"
+            f"timeline, last {DETAIL_STEPS} steps",
+            width=2 * WIDTH,
+            height=HEIGHT + 40,
+            x_axis_label="seconds since start",
         )
+        last_steps = CustomJSFilter(args={"keep": DETAIL_STEPS}, code=LAST_STEPS_JS)
         bars = chart.hbar(
             y="device",
             left="start",
             right="end",
             height=0.8,
             source=self.sources["timeline"],
+            view=CDSView(filter=last_steps),
             color=factor_cmap("phase", list(PHASE_COLOURS.values()), list(PHASE_COLOURS)),
             legend_field="phase",
         )
         faults = self._fault_renderers(chart)
         chart.add_tools(
-            HoverTool(
+            _hover(
                 renderers=[bars, *faults],
                 tooltips=[
                     ("phase", "@phase"),
@@ -343,7 +434,7 @@ class LiveCharts:
         chart = self._device_figure(
             "step time per device, last 200 steps (min / median / max)",
             width=2 * WIDTH,
-            x_axis_label="seconds",
+            x_axis_label="step time (seconds)",
         )
         source = self.sources["stragglers"]
         chart.segment(x0="min", x1="max", y0="device", y1="device", source=source, line_width=3)
@@ -352,20 +443,31 @@ class LiveCharts:
 
 
 def _legend_below(chart: figure) -> None:
-    """Over the bars a legend would hide them."""
+    """Inside the plot a legend would hide lines and bars."""
     chart.legend.orientation = "horizontal"
     chart.add_layout(chart.legend[0], "below")
 
 
 class LiveUpdater:
-    """Calls ``refresh`` at most ``MAX_REFRESH_HZ`` times a second from a background thread
-    until ``finished()`` says so, then once more (so the last events are drawn)."""
+    """Calls ``refresh`` at most ``hz`` times a second (default ``MAX_REFRESH_HZ``) from a
+    background thread until ``finished()`` says so, then once more (so the last events are
+    drawn). With ``busy_share`` it also waits long enough that refreshing stays within that
+    share of the time (the charts); None keeps the rate whatever a refresh takes (a panel's
+    progress text, which must keep up with the run)."""
 
-    def __init__(self, refresh: Callable[[], None], finished: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        refresh: Callable[[], None],
+        finished: Callable[[], bool],
+        hz: float = MAX_REFRESH_HZ,
+        busy_share: float | None = MAX_BUSY_SHARE,
+        name: str = "dtrain-charts",
+    ) -> None:
         self.refresh, self.finished = refresh, finished
+        self.hz, self.busy_share = hz, busy_share
         self.refreshes = 0
         self._halt = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="dtrain-charts", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
@@ -377,9 +479,16 @@ class LiveUpdater:
             self.refreshes += 1
             if done:
                 return
-            # At most MAX_REFRESH_HZ, and refreshing busy at most MAX_BUSY_SHARE of the time:
-            # the charts share the kernel process (and its GIL) with a run training in it.
-            self._halt.wait(max(1.0 / MAX_REFRESH_HZ, took / MAX_BUSY_SHARE - took))
+            # At most hz, and refreshing busy at most busy_share of the time: the charts share
+            # the kernel process (and its GIL) with a run training in it.
+            wait = 1.0 / self.hz
+            if self.busy_share is not None:
+                wait = max(wait, took / self.busy_share - took)
+            self._halt.wait(wait)
+
+    def stopped(self) -> bool:
+        """Whether it has stopped refreshing (the run ended, or it was closed)."""
+        return not self._thread.is_alive()
 
     def close(self, timeout: float = 5.0) -> None:
         self._halt.set()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.safe_io import strict_dumps
 from workbench.safe_io.private_paths import owner_name
+from workbench.server.listing_cache import ListingCache
 from workbench.store import (
     RunEntry,
     RunStore,
@@ -45,6 +46,8 @@ RECORD_STATUS_FIELDS = (
     "failures",
     "dropped_updates",
     "recovery_seconds",
+    # Why the run failed or restarted, one line each (the sidebar's problem line).
+    "failure_reasons",
 )
 CHARTS_KEPT = 8  # runs whose charts stay cached: the most recently viewed
 
@@ -88,6 +91,7 @@ class RunsManager:
 
     def __init__(self, store: RunStore | None = None) -> None:
         self.store = store if store is not None else RunStore()
+        self._listing = ListingCache(self.store)
         self._charts: OrderedDict[str, RunCharts] = OrderedDict()
         self._charts_lock = threading.Lock()
 
@@ -104,7 +108,7 @@ class RunsManager:
     def runs(self) -> list[dict[str, Any]]:
         """Every run, newest first (the store lists them oldest first); a damaged one is
         listed with its reason, never skipped."""
-        return [run_record(entry) for entry in reversed(self.store.entries())]
+        return [run_record(entry) for entry in reversed(self._listing.entries())]
 
     def run(self, run_id: str) -> dict[str, Any]:
         """The run's record with its ``config`` and ``summary`` (None until it has finished,
@@ -115,7 +119,7 @@ class RunsManager:
     def clusters(self) -> list[dict[str, Any]]:
         """The clusters live runs train on: ``address``, ``dashboard_link`` and ``runs``."""
         clusters: dict[tuple, dict[str, Any]] = {}
-        for entry in self.store.entries():
+        for entry in self._listing.entries():
             address = entry.status.get("scheduler_address")
             if entry.state != "running" or not isinstance(address, str):
                 continue  # a one-device run has no cluster

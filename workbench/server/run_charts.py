@@ -25,7 +25,7 @@ from workbench.store import StoredRun
 PAGES: dict[str, tuple[str, ...]] = {
     "loss": ("loss", "throughput"),
     "utilization": ("utilization", "stragglers"),
-    "timeline": ("timeline",),
+    "timeline": ("phases", "timeline"),
     "communication": ("traffic",),
 }
 # A view that has copied this many events starts over from the end of the file, so watching a

@@ -100,7 +100,8 @@ describe('parsing', () => {
       droppedUpdates: null,
       recoverySeconds: [],
       damage: null,
-      nonFinite: []
+      nonFinite: [],
+      failureReasons: []
     });
   });
 
@@ -207,7 +208,11 @@ describe('RunsModel', () => {
 
   it('polls ten times slower when nothing is live, and not at all with idleFactor Infinity', async () => {
     const server = fakeServer(listing([FINISHED]));
-    model = new RunsModel({ serverSettings: server.settings, refreshInterval: 1000 });
+    model = new RunsModel({
+      serverSettings: server.settings,
+      refreshInterval: 1000,
+      idleFactor: 10
+    });
     await jest.advanceTimersByTimeAsync(0);
     await jest.advanceTimersByTimeAsync(9000);
     expect(server.requests).toHaveLength(2);
@@ -291,7 +296,11 @@ describe('RunsModel', () => {
 
   it('backs off while the server fails', async () => {
     const server = fakeServer(() => json({ message: 'down' }, 503));
-    model = new RunsModel({ serverSettings: server.settings, refreshInterval: 1000 });
+    model = new RunsModel({
+      serverSettings: server.settings,
+      refreshInterval: 1000,
+      idleFactor: 10
+    });
     await jest.advanceTimersByTimeAsync(0);
     await jest.advanceTimersByTimeAsync(30000);
     // Polling every 1 s would be 30 more calls; backing off from the idle 10 s makes few.

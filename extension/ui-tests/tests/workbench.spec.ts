@@ -1,6 +1,7 @@
 /**
  * The dtrain workbench in a real JupyterLab and chromium: the sidebar lists the runs that
- * global-setup trained, a run opens as four chart panels with Bokeh plots, Stop ends a live run.
+ * global-setup trained, in rows that keep each run's fields on one line, a run opens as four chart
+ * tabs with Bokeh plots, Stop ends a live run and its notice goes once it has stopped.
  */
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import { Locator } from '@playwright/test';
@@ -43,6 +44,11 @@ function panelId(runId: string, chart: string): string {
   return `dtrain-workbench-run-${runId.replace(/[^A-Za-z0-9_-]/g, '_')}-${chart}`;
 }
 
+/** The tab of a run's chart page (its tooltip is the panel's caption). */
+function chartTab(page: IJupyterLabPageFixture, runId: string, chart: string): Locator {
+  return page.locator(`.lm-TabBar-tab[title="Run ${runId}: ${chart} charts"]`);
+}
+
 test.describe('dtrain workbench', () => {
   test('JupyterLab starts with the extension', async ({ page }) => {
     const errors: string[] = [];
@@ -63,6 +69,9 @@ test.describe('dtrain workbench', () => {
     ]);
     await page.evaluate(() => window.jupyterapp.commands.execute('launcher:create'));
     await expect(launcherCard(page)).toBeVisible();
+    // The card draws the workbench's picture, not the first letter of its label.
+    await expect(launcherCard(page).locator('img.jp-Launcher-kernelIcon')).toBeVisible();
+    await expect(launcherCard(page).locator('.jp-LauncherCard-noKernelIcon')).toHaveCount(0);
     await shot(page, '01-launcher');
     expect(errors).toEqual([]);
   });
@@ -77,6 +86,13 @@ test.describe('dtrain workbench', () => {
     await expect(row.locator('.jp-WorkbenchRun-step')).toHaveText(/^\d+\/60$/);
     await expect(row.locator('.jp-WorkbenchRun-loss')).toHaveText(/^\d/);
     await expect(row.locator('.jp-WorkbenchRun-stop')).toBeHidden();
+    // The three fields sit on one line, and the shortened run id has the whole one as tooltip.
+    const tops = await row
+      .locator('.jp-WorkbenchRun-field')
+      .evaluateAll(fields => fields.map(field => Math.round(field.getBoundingClientRect().top)));
+    expect(tops).toHaveLength(3);
+    expect(new Set(tops).size).toBe(1);
+    await expect(row.locator('.jp-WorkbenchRun-id')).toHaveAttribute('title', finished);
     // Its exports download with the browser's login: the Chrome trace and the scalars.
     const trace = await page.request.get(
       (await row.locator('.jp-WorkbenchRun-export', { hasText: 'Chrome trace' }).getAttribute(
@@ -138,22 +154,32 @@ test.describe('dtrain workbench', () => {
     await shot(page, '02b-flagged-runs');
   });
 
-  test('opening runs shows their chart panels with Bokeh plots', async ({ page }) => {
+  test('opening runs shows their chart tabs with Bokeh plots', async ({ page }) => {
     const { finished, live } = runs();
     const sidebar = await openSidebar(page);
     await sidebar.locator(`.jp-WorkbenchRun[data-run-id="${finished}"]`).click();
+    // One tab per page, in one tab bar: each chart page gets the whole main area.
+    await expect(page.locator(`.lm-TabBar-tab[title*="${finished}"]`)).toHaveCount(4);
+    await expect(page.locator(`#${panelId(finished, 'loss')}`)).toBeVisible();
+    const bars = await page
+      .locator('.jp-WorkbenchChartPanel')
+      .evaluateAll(panels => new Set(panels.map(panel => panel.parentElement)).size);
+    expect(bars).toBe(1);
+    const main = await page.locator('#jp-main-dock-panel').boundingBox();
     for (const chart of PAGES) {
+      await chartTab(page, finished, chart).click();
       const panel = page.locator(`#${panelId(finished, chart)}`);
       await expect(panel).toBeVisible();
+      const box = await panel.boundingBox();
+      expect(box && main && box.width > 0.9 * main.width).toBe(true);
       const frame = page.frameLocator(`#${panelId(finished, chart)} iframe`);
       await expect(frame.locator('.bk-Canvas canvas, canvas').first()).toBeVisible({
         timeout: 60000
       });
+      // Give the charts a moment to draw their data before the picture.
+      await page.waitForTimeout(1500);
+      await shot(page, `03-finished-run-${chart}`);
     }
-    await expect(page.locator(`.lm-TabBar-tab[title*="${finished}"]`)).toHaveCount(4);
-    // Give the charts a moment to draw their data before the picture.
-    await page.waitForTimeout(2000);
-    await shot(page, '03-finished-run-charts');
 
     // Opening it again activates the panels instead of adding more.
     await page.evaluate(
@@ -162,24 +188,38 @@ test.describe('dtrain workbench', () => {
     );
     await expect(page.locator('.jp-WorkbenchChartPanel')).toHaveCount(4);
 
-    // A second run docks next to the first.
+    // A second run's tabs follow the first's, its loss tab in view. (The server reads a long
+    // run's events the first time: wait for its answer before the picture.)
+    const liveData = page.waitForResponse(
+      response => response.url().includes(`/api/runs/${live}/charts/loss`) && response.ok(),
+      { timeout: 60000 }
+    );
     await sidebar.locator(`.jp-WorkbenchRun[data-run-id="${live}"]`).click();
     await expect(page.locator('.jp-WorkbenchChartPanel')).toHaveCount(8);
+    await expect(page.locator(`#${panelId(live, 'loss')}`)).toBeVisible();
+    await expect(page.locator(`#${panelId(finished, 'loss')}`)).toBeHidden();
     const frame = page.frameLocator(`#${panelId(live, 'loss')} iframe`);
     await expect(frame.locator('.bk-Canvas canvas, canvas').first()).toBeVisible({
       timeout: 60000
     });
-    await page.waitForTimeout(3000);
+    await liveData;
+    await page.waitForTimeout(1500);
     await shot(page, '04-two-runs');
-    const first = await page.locator(`#${panelId(finished, 'loss')}`).boundingBox();
-    const second = await page.locator(`#${panelId(live, 'loss')}`).boundingBox();
-    expect(second && first && second.x > first.x).toBe(true);
+    // The live run's timeline: thousands of steps as phase shares, its last steps in detail.
+    await chartTab(page, live, 'timeline').click();
+    const liveTimeline = page.frameLocator(`#${panelId(live, 'timeline')} iframe`);
+    await expect(liveTimeline.locator('.bk-Canvas canvas, canvas').first()).toBeVisible({
+      timeout: 60000
+    });
+    await page.waitForTimeout(2000);
+    await shot(page, '04a-live-run-timeline');
 
     // A reload brings every panel back, with its charts.
     // (Galata's ready check waits for the launcher, which the restored panels now cover.)
     await page.reload({ waitForIsReady: false });
     await page.waitForSelector('#jupyterlab-splash', { state: 'detached' });
     await expect(page.locator('.jp-WorkbenchChartPanel')).toHaveCount(8, { timeout: 60000 });
+    await chartTab(page, finished, 'timeline').click(); // a tab draws once it is in view
     const restored = page.frameLocator(`#${panelId(finished, 'timeline')} iframe`);
     await expect(restored.locator('.bk-Canvas canvas, canvas').first()).toBeVisible({
       timeout: 60000
@@ -197,6 +237,8 @@ test.describe('dtrain workbench', () => {
     await expect(row.locator('.jp-WorkbenchRun-state')).toHaveText(/stopping|stopped/);
     await expect(row.locator('.jp-WorkbenchRun-state')).toHaveText('stopped', { timeout: 60000 });
     await expect(row.locator('.jp-WorkbenchRun-stop')).toBeHidden();
+    // "Asked run … to stop" is no longer true: it goes.
+    await expect(sidebar.locator('.jp-WorkbenchSidebar-status')).toBeHidden();
     await shot(page, '05-stopped');
   });
 
