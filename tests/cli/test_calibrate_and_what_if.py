@@ -15,9 +15,19 @@ def test_calibrate_then_what_if_on_the_local_cluster(capsys, store_root):
     assert summary["dispatch_ms"] > 0
     cached = list((store_root / "calibrations").glob("*.json"))
     assert len(cached) == 2  # the cluster's, and this process's for one-device rows
+    # The collectives the data-parallel rows' runs time at their start are timed too: such a
+    # run finds them cached and reports its row's step.
+    timed = {
+        key.split(" over ")[0]
+        for path in cached
+        for key in json.loads(path.read_text())["collectives"]
+    }
+    assert timed == {"ring", "hierarchical-copy", "reduce-to-one", "reduce", "broadcast"}
 
     assert main(["plan", "--what-if", "--devices", "2", *SMALL, "--json"]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    assert "nothing measured" in err and "timing" not in err  # no cluster, nothing timed
+    printed = json.loads(out)
     assert printed["source"].startswith("calibrated on 2 local devices")
     rows = printed["configurations"]
     predicted = [row for row in rows if row["predicted_step_ms"] is not None]

@@ -38,7 +38,8 @@ def test_every_strategy_is_ranked_fastest_first_with_a_reason_for_each_loser():
     assert steps == sorted(steps)
     assert predicted[0].reason == "fastest"
     assert all(
-        row.reason.split(" ")[0] in ("compute", "communication", "bubble", "overhead")
+        row.reason.startswith("+")
+        and set(row.behind_ms) <= {"compute", "communication", "bubble", "overhead"}
         for row in predicted[1:]
     )
     strategies = {row.strategy for row in predicted}

@@ -4,35 +4,57 @@ described one), then predict every strategy for the run's model and batch.
 The live cluster is the one ``dtrain run`` would use: a local cluster of ``--devices`` workers
 (or ``--cluster``). Its calibration times the model's training step at every batch size the
 table's configurations compute on (a replica's share, each micro-batch size) on every device,
-the links between the devices and Dask's dispatch; a one-device row is timed in this process,
-as a one-device run trains here. Calibrations are cached per cluster in the run store, so a
-second plan of the same model measures nothing.
+the links between the devices, Dask's dispatch and the collectives the data-parallel rows'
+runs time as their replicas run them; a one-device row is timed in this process, as a
+one-device run trains here. Calibrations are cached per cluster in the run store: a second
+plan of the same model on a local cluster finds all of it there, measures nothing and starts
+no cluster.
+
+Each row is predicted from the calibration its run reads (:func:`run_calibration`), by the
+same call the run makes (:func:`workbench.launch.runner.predicted_figures`), so a run that
+finds everything cached reports the row's step as its prediction.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from workbench.config import ConfigError, RunConfig
-from workbench.costs import Calibration
+from workbench.costs import Calibration, collective_key
 from workbench.data import load_dataset
+from workbench.ir import Graph
 from workbench.launch.machine_limits import build_checked_model, check_local_devices
 from workbench.models import Sequential
 from workbench.optim import make_optimizer
+from workbench.parallel.collectives.probe import CENTRAL_KINDS, measure_collective
 from workbench.planner.device_costs import DeviceCosts, described_costs, measured_costs
-from workbench.planner.what_if import MICROBATCH_CHOICES, WhatIfRow, rank_rows, what_if
+from workbench.planner.what_if import (
+    MICROBATCH_CHOICES,
+    WhatIfRow,
+    candidate_configs,
+    rank_rows,
+    what_if,
+)
 from workbench.runtime.calibration_probe import (
     calibrate_in_process,
     calibrate_session,
+    covers,
     in_process_signature,
     session_signature,
 )
-from workbench.runtime.cluster import start_run_cluster
+from workbench.runtime.cluster import ClusterSession, start_run_cluster
 from workbench.runtime.cluster_target import ClusterTarget
 from workbench.runtime.devices import device_name
 from workbench.simulate import ClusterDescription, parse_cluster
 from workbench.store import RunStore
+from workbench.strategies import STRATEGIES, validate_config
+from workbench.strategies.data_parallel import DataParallel
+from workbench.training.calibration import cached_local_calibration
 from workbench.training.graphs import build_training_graph
 from workbench.training.job import Progress
 
@@ -41,7 +63,8 @@ from workbench.training.job import Progress
 class Calibrated:
     cluster: Calibration
     one_device: Calibration
-    seconds: float  # what measuring cost now (0 when everything was cached)
+    seconds: float  # what measuring cost now (about 0 when everything was cached)
+    measured: bool = True  # False: all of it read from the run store, no cluster started
 
 
 def what_if_batch_sizes(batch_size: int, devices: int) -> list[int]:
@@ -72,20 +95,29 @@ def calibrate_cluster(
 ) -> Calibrated:
     """Calibrate (or read the cache of) the cluster ``config`` names, for ``model``;
     ``fresh`` measures everything again and replaces the cache (``dtrain calibrate``: a
-    calibration taken while the machine was busy would otherwise stay)."""
-    if ClusterTarget.of(config).starts_its_own:
+    calibration taken while the machine was busy would otherwise stay). A local cluster whose
+    cached calibration has everything is not started."""
+    target = ClusterTarget.of(config)
+    if target.starts_its_own:
         check_local_devices(config)
     store = store or RunStore()
     optimizer = make_optimizer(config.optimizer)
     sizes = what_if_batch_sizes(config.batch_size, config.devices)
     graphs = [build_training_graph(model, optimizer, size, config.dtype).graph for size in sizes]
     started = time.perf_counter()
-    kind = "gpu" if config.device_type == "gpu" else "cpu"
+    kind = _kind(config)
     local = device_name(kind)
     signature = in_process_signature(local, kind)
     cached = None if fresh else _cached(store, signature)
     one_device = calibrate_in_process(graphs[-1:], local, kind, cached)
-    store.save_calibration(signature, one_device.to_json())
+    if one_device is not cached:
+        store.save_calibration(signature, one_device.to_json())
+    if target.starts_its_own and not fresh:
+        names = [device_name(kind, task=rank) for rank in range(config.devices)]
+        known = cached_local_calibration(kind, names, store)
+        if known is not None and _has_everything(known, config, model, names, graphs):
+            seconds = time.perf_counter() - started
+            return Calibrated(known, one_device, seconds, measured=one_device is not cached)
     progress(f"[calibrate] timing {len(sizes)} batch sizes on {config.devices} devices")
     with start_run_cluster(
         config, config.devices, config.device_type, progress=progress
@@ -95,13 +127,137 @@ def calibrate_cluster(
         cluster = calibrate_session(
             session, graphs, known=known, stall_timeout=config.stall_timeout
         )
+        cluster = _with_collectives(session, cluster, config, model)
         store.save_calibration(signature, cluster.to_json())
     return Calibrated(cluster, one_device, time.perf_counter() - started)
+
+
+def _kind(config: RunConfig) -> str:
+    return "gpu" if config.device_type == "gpu" else "cpu"
 
 
 def _cached(store: RunStore, signature: str) -> Calibration | None:
     text = store.load_calibration(signature)
     return Calibration.from_json(text) if text else None
+
+
+@dataclass(frozen=True)
+class TimedCollective:
+    """A collective a data-parallel run times as its replicas run it (see
+    :mod:`workbench.parallel.collectives.probe`)."""
+
+    kind: str  # an all-reduce algorithm, or central storage's reduce or broadcast
+    groups: tuple[tuple[int, ...], ...]  # ranks, for a hierarchical all-reduce
+    largest: int  # bytes: the run's largest bucket
+
+
+def plan_collectives(
+    config: RunConfig,
+    model: Sequential,
+    names: Sequence[str],
+    addresses: Sequence[str],
+    kind: str = "cpu",
+) -> dict[str, TimedCollective]:
+    """The collectives the runs of the table's data-parallel rows time at their start, by
+    :func:`workbench.costs.collective_key`, as each run's strategy asks for them
+    (``DataParallel._calibrated``): timed by the plan, a later run finds them cached."""
+    wanted: dict[str, TimedCollective] = {}
+    parameters = sum(math.prod(shape) for shape in model.parameter_shapes().values())
+    for candidate in candidate_configs(config, len(names)):
+        strategy = STRATEGIES[candidate.strategy]
+        if not isinstance(strategy, DataParallel):
+            continue
+        try:
+            candidate = validate_config(candidate)
+        except ConfigError:
+            continue
+        if not strategy.times_its_collectives(candidate, kind):
+            continue
+        groups = strategy.groups(candidate, list(addresses))
+        named = [[names[rank] for rank in group] for group in groups]
+        kinds = (
+            CENTRAL_KINDS if strategy.central_storage else (strategy.algorithm(candidate, kind),)
+        )
+        gradient_bytes = parameters * np.dtype(candidate.dtype).itemsize
+        largest = min(int(candidate.bucket_mb * 2**20), gradient_bytes)
+        for timed in kinds:
+            wanted[collective_key(timed, names, named)] = TimedCollective(timed, groups, largest)
+    return wanted
+
+
+def _has_everything(
+    known: Calibration,
+    config: RunConfig,
+    model: Sequential,
+    names: Sequence[str],
+    graphs: Sequence[Graph],
+) -> bool:
+    """Whether a cached calibration of the local cluster holds all the plan measures."""
+    if not covers(known, names, graphs):
+        return False
+    addresses = [known.device_addresses.get(name, "") for name in names]
+    if not all(addresses):
+        return False
+    wanted = plan_collectives(config, model, names, addresses, _kind(config))
+    return all(known.has_measured(key) for key in wanted)
+
+
+def _with_collectives(
+    session: ClusterSession, calibration: Calibration, config: RunConfig, model: Sequential
+) -> Calibration:
+    """``calibration`` with the collectives of :func:`plan_collectives` it lacks, timed."""
+    wanted = plan_collectives(
+        config, model, session.device_names, session.addresses, session.device_type
+    )
+    missing = {key: timed for key, timed in wanted.items() if not calibration.has_measured(key)}
+    if not missing:
+        return calibration
+    started = time.perf_counter()
+    fits = {}
+    for timed in missing.values():
+        fits.update(
+            measure_collective(
+                session,
+                timed.kind,
+                timed.groups,
+                timed.largest,
+                stall_timeout=config.stall_timeout,
+            )
+        )
+    measured = Calibration(
+        calibration.signature,
+        tuple(session.device_names),
+        collectives=fits,
+        measured_seconds=time.perf_counter() - started,
+    )
+    return calibration.merged(measured)
+
+
+def run_calibration(
+    config: RunConfig,
+    plan: Calibration,
+    graphs: Mapping[int, Graph],
+    store: RunStore,
+) -> Calibration:
+    """The calibration a run of ``config`` on a local cluster predicts its step from, when
+    it measures nothing at its start: the run store's for the run's own devices when that has
+    all the run would time (a parameter-server run's workers and shards, once such a run has
+    measured them), else the plan's (the run's own devices are the plan's, or the run has
+    yet to measure its cluster). ``graphs``: the model's step by batch size."""
+    strategy = STRATEGIES[config.strategy]
+    kind = _kind(config)
+    names = strategy.device_names(config, kind)
+    if list(names) == list(plan.devices):
+        return plan
+    own = cached_local_calibration(kind, names, store)
+    timed = [graphs[size] for size in strategy.device_batch_sizes(config) if size in graphs]
+    if (
+        own is not None
+        and len(timed) == len(strategy.device_batch_sizes(config))
+        and covers(own, names, timed, strategy.wires, strategy.link_sizes(config, kind))
+    ):
+        return own
+    return plan
 
 
 @dataclass(frozen=True)
@@ -122,10 +278,21 @@ def plan_what_if(config: RunConfig, cluster_text: str | None, progress: Progress
         except ValueError as error:
             raise ConfigError("--what-if-cluster", str(error)) from None
         return _described(config, model, optimizer, cluster)
-    calibrated = calibrate_cluster(config, model, progress)
-    progress(f"[calibrate] measured in {calibrated.seconds:.2f} s (cached parts reused)")
+    store = RunStore()
+    calibrated = calibrate_cluster(config, model, progress, store)
+    if calibrated.measured:
+        progress(f"[calibrate] measured in {calibrated.seconds:.2f} s (cached parts reused)")
+    else:
+        progress(f"[calibrate] cached calibration of {config.devices} devices: nothing measured")
     costs = measured_costs(calibrated.cluster)
-    rows = what_if(config, model, optimizer, costs, config.devices)
+    rows = what_if(
+        config,
+        model,
+        optimizer,
+        costs,
+        config.devices,
+        costs_for=_run_costs(config, model, calibrated.cluster, costs, store),
+    )
     one = what_if(
         config.replace(devices=1), model, optimizer, measured_costs(calibrated.one_device), 1
     )
@@ -133,6 +300,32 @@ def plan_what_if(config: RunConfig, cluster_text: str | None, progress: Progress
     rows = [row for row in rows if row.strategy != "one-device"] + one
     source = f"calibrated on {config.devices} local devices ({costs.source})"
     return WhatIfPlan(rank_rows(rows), source, config.devices)
+
+
+def _run_costs(
+    config: RunConfig,
+    model: Sequential,
+    plan: Calibration,
+    plan_costs: DeviceCosts,
+    store: RunStore,
+) -> Callable[[RunConfig], DeviceCosts]:
+    """Each row's costs: those of the calibration its run reads (:func:`run_calibration`)."""
+    optimizer = make_optimizer(config.optimizer)
+    sizes = what_if_batch_sizes(config.batch_size, config.devices)
+    graphs = {
+        size: build_training_graph(model, optimizer, size, config.dtype).graph for size in sizes
+    }
+    by_signature = {plan.signature: plan_costs}
+
+    def costs_for(candidate: RunConfig) -> DeviceCosts:
+        if not ClusterTarget.of(candidate).starts_its_own:
+            return plan_costs
+        calibration = run_calibration(candidate, plan, graphs, store)
+        if calibration.signature not in by_signature:
+            by_signature[calibration.signature] = measured_costs(calibration)
+        return by_signature[calibration.signature]
+
+    return costs_for
 
 
 def _described(

@@ -1,11 +1,13 @@
 """``%dtrain plan``'s result in a notebook: the what-if table as HTML (and its rows as dicts,
-for a DataFrame or a chart), or the placed and partitioned graph drawn."""
+for a DataFrame or a chart), and predicted against measured steps as a chart."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 
 from workbench.launch.what_if import WhatIfPlan
+from workbench.planner.what_if import describe_options, format_table
 
 COLUMNS = (
     ("strategy", "strategy"),
@@ -17,7 +19,9 @@ COLUMNS = (
     ("bubble", "bubble"),
     ("reason", "loses by"),
 )
-OPTION_KEYS = ("devices", "allreduce", "ps", "mode", "stages", "microbatches", "schedule")
+# One bar's band: a configuration's two bars with their label readable beside them.
+BAR_ROW_PIXELS = 44
+CHART_MARGIN_PIXELS = 90  # title, x axis and its label
 
 
 class WhatIfTable:
@@ -27,10 +31,14 @@ class WhatIfTable:
     def __init__(self, plan: WhatIfPlan) -> None:
         self.source = plan.source
         self.rows = [row.to_dict() for row in plan.rows]
+        # Named as the CLI's table names them (every option, compression included).
+        self.options = [describe_options(row.options) for row in plan.rows]
+        self._text = format_table(plan.rows)
 
-    def _cell(self, row: dict, key: str) -> str:
+    def _cell(self, index: int, key: str) -> str:
+        row = self.rows[index]
         if key == "options":
-            return " ".join(f"{k}={row[k]}" for k in OPTION_KEYS if k in row)
+            return self.options[index]
         value = row.get(key)
         if value is None:
             return "-"
@@ -46,9 +54,9 @@ class WhatIfTable:
         head = "".join(f"<th>{escape(title)}</th>" for _, title in COLUMNS)
         body = "".join(
             "<tr>"
-            + "".join(f"<td>{escape(self._cell(row, key))}</td>" for key, _ in COLUMNS)
+            + "".join(f"<td>{escape(self._cell(index, key))}</td>" for key, _ in COLUMNS)
             + "</tr>"
-            for row in self.rows
+            for index in range(len(self.rows))
         )
         return (
             f"<p>what if: {escape(self.source)}</p>"
@@ -56,6 +64,41 @@ class WhatIfTable:
         )
 
     def __repr__(self) -> str:
-        lines = [f"what if: {self.source}"]
-        lines += ["  ".join(self._cell(row, key) for key, _ in COLUMNS) for row in self.rows]
-        return "\n".join(lines)
+        return f"what if: {self.source}\n{self._text}"
+
+
+def prediction_chart(
+    results: Sequence[tuple[str, float | None, float | None]],
+    title: str = "step time: predicted and measured",
+):
+    """Horizontal bars of each ``(configuration, predicted ms, measured ms)``: the names
+    read on the y axis however long, the first on top, the chart as tall as its rows."""
+    # Imported here: loading the magics (which show the table) stays free of Bokeh's cost.
+    from bokeh.models import ColumnDataSource, FactorRange
+    from bokeh.plotting import figure
+
+    names = [name for name, _, _ in results]
+    kinds = ("predicted", "measured")
+    factors = [(name, kind) for name in reversed(names) for kind in reversed(kinds)]
+    by_name = {name: dict(zip(kinds, values)) for name, *values in results}
+    source = ColumnDataSource(
+        {
+            "y": factors,
+            "ms": [by_name[name][kind] or 0.0 for name, kind in factors],
+            "color": ["#1f77b4" if kind == "predicted" else "#ff7f0e" for _, kind in factors],
+        }
+    )
+    chart = figure(
+        y_range=FactorRange(*factors),
+        height=CHART_MARGIN_PIXELS + BAR_ROW_PIXELS * len(results),
+        width=820,
+        title=title,
+        x_axis_label="step time (ms)",
+        toolbar_location=None,
+    )
+    # Each bar is named on the y axis (configuration, then predicted or measured): no legend
+    # to cover the bars.
+    chart.hbar(y="y", right="ms", height=0.8, color="color", source=source)
+    chart.x_range.start = 0
+    chart.yaxis.group_label_orientation = "horizontal"
+    return chart

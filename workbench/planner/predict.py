@@ -8,7 +8,7 @@ Dask workers, the client's dispatch of one task per device every ``STEPS_PER_TAS
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -56,6 +56,9 @@ class Prediction:
     bubble: float | None
     memory_bytes: dict[str, int]
     rounds: int = 1  # steps the timeline holds (async parameter servers: several)
+    # Bytes each device sends in one step, where the timeline holds exchanges timed as a
+    # whole (a measured collective moves its bytes inside one timed interval).
+    sent_per_step: dict[str, int] | None = None
 
     @property
     def samples_per_second(self) -> float:
@@ -67,6 +70,8 @@ class Prediction:
 
     def bytes_sent(self, device: str) -> int:
         """Bytes ``device`` sends in one step."""
+        if self.sent_per_step is not None:
+            return self.sent_per_step[device]
         return self.timeline.bytes_sent(device) // self.rounds
 
 
@@ -160,6 +165,12 @@ def predict(
     if isinstance(strategy, ClusterStrategy):
         extra += costs.dispatch_per_step
     bubble = pipeline_bubble(timeline, built.stage_devices) if built.stage_devices else None
+    sent = None
+    if costs.collectives:
+        # The same step message by message: what it sends (its timing is the measured one).
+        plain = step_programs(config, model, optimizer, replace(costs, collectives={}), devices)
+        messages = simulate(plain.programs, plain.link)
+        sent = {device: messages.bytes_sent(device) // plain.rounds for device in devices}
     return Prediction(
         config=config,
         step_seconds=timeline.makespan / built.rounds + extra,
@@ -169,6 +180,7 @@ def predict(
         bubble=bubble,
         memory_bytes=memory_estimate(config, model, devices),
         rounds=built.rounds,
+        sent_per_step=sent,
     )
 
 

@@ -1,17 +1,23 @@
 """The what-if table: every strategy and its main options predicted for one model, batch and
 cluster, ranked, with the reason each loses to the best.
 
-A row's step is split into compute (the busiest device's compute and update), the pipeline's
-bubble, communication (the rest of the simulated step: waiting on transfers and collectives)
-and overhead (what a step pays outside its programs). A row loses to the best by the part
-whose excess over the best's is largest; a row whose devices would need more memory than they
-have loses to memory whatever its speed.
+A row's step is split into parts that add up to it: compute (the busiest device's compute and
+update), the pipeline's bubble (its idle share of the step, up to what compute leaves),
+communication (the rest of the simulated step: waiting on transfers and collectives) and
+overhead (what a step pays outside its programs). A row loses to the fastest by its step's gap,
+broken down part by part: every part whose difference shows at 0.01 ms, signed, so a part it
+gains on (a pipeline's communication) offsets one it loses on (its compute) and the listed
+differences add up to the gap. A row whose devices would need more memory than they have
+loses to memory whatever its speed.
+
+:func:`describe_options` names a row's configuration for every view (the CLI's table, the
+notebook's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from workbench.config import ConfigError, RunConfig
 from workbench.models import Sequential
@@ -36,6 +42,9 @@ class WhatIfRow:
     parts: dict[str, float]
     reason: str  # "fastest", or what it loses to the fastest by; or why it cannot run
     fits: bool = True
+    # Its step's gap to the fastest, part by part, in milliseconds as printed (adding up to
+    # the printed gap); empty for the fastest and rows not ranked against it.
+    behind_ms: dict[str, float] = field(default_factory=dict)
 
     @property
     def step_seconds(self) -> float | None:
@@ -61,6 +70,7 @@ class WhatIfRow:
             "bubble": None if prediction.bubble is None else round(prediction.bubble, 4),
             **{f"{part}_ms": round(seconds * 1e3, 4) for part, seconds in self.parts.items()},
             "reason": self.reason,
+            "loses_by_ms": dict(self.behind_ms) or None,
         }
 
 
@@ -104,6 +114,17 @@ def _options(config: RunConfig) -> dict:
     return shown
 
 
+def describe_options(options: Mapping[str, object]) -> str:
+    """A row's configuration as every view shows it: each option it sets, in its order.
+
+    Examples
+    --------
+    >>> describe_options({"devices": 2, "allreduce": "ring", "compression": "topk:0.01"})
+    'devices=2 allreduce=ring compression=topk:0.01'
+    """
+    return " ".join(f"{key}={value}" for key, value in options.items())
+
+
 _SHOWN_OPTIONS = (
     "allreduce",
     "compression",
@@ -115,16 +136,52 @@ _SHOWN_OPTIONS = (
 )
 
 
-def _parts(prediction: Prediction) -> dict[str, float]:
-    compute = max(prediction.busy(device) for device in prediction.devices)
-    bubble = (prediction.bubble or 0.0) * prediction.makespan
-    communication = max(0.0, prediction.makespan - compute - bubble)
+def step_parts(prediction: Prediction) -> dict[str, float]:
+    """The step split into :data:`PARTS`, which add up to ``prediction.step_seconds``."""
+    makespan = prediction.makespan
+    compute = min(max(prediction.busy(device) for device in prediction.devices), makespan)
+    # The bubble is the stages' mean idle share, which beside the busiest stage's compute can
+    # exceed the step: capped at what compute leaves.
+    bubble = min((prediction.bubble or 0.0) * makespan, makespan - compute)
     return {
         "compute": compute,
-        "communication": communication,
+        "communication": makespan - compute - bubble,
         "bubble": bubble,
-        "overhead": prediction.step_seconds - prediction.makespan,
+        "overhead": prediction.step_seconds - makespan,
     }
+
+
+def gap_by_part(parts: Mapping[str, float], best: Mapping[str, float]) -> dict[str, float]:
+    """``parts`` minus ``best``'s, in milliseconds to 0.01, rounded so that they add up to the
+    rounded gap between the two steps (the part rounded furthest takes the remainder); parts
+    whose difference rounds to zero are left out, the largest loss first.
+
+    Examples
+    --------
+    >>> gap_by_part({"compute": 0.01777, "communication": 0.0}, {"compute": 0.01477,
+    ...             "communication": 0.0028})
+    {'compute': 3.0, 'communication': -2.8}
+    """
+    exact = {part: (parts[part] - best[part]) * 1e3 for part in PARTS if part in parts}
+    rounded = {part: round(delta, 2) for part, delta in exact.items()}
+    remainder = round(round(sum(exact.values()), 2) - sum(rounded.values()), 2)
+    if remainder:
+        furthest = max(exact, key=lambda part: abs(exact[part] - rounded[part]))
+        rounded[furthest] = round(rounded[furthest] + remainder, 2)
+    kept = {part: delta for part, delta in rounded.items() if delta != 0.0}
+    return dict(sorted(kept.items(), key=lambda item: -item[1]))
+
+
+def loses_by(gap_ms: float, behind_ms: Mapping[str, float]) -> str:
+    """The reason a row loses to the fastest: its gap, then the parts that make it up.
+
+    Examples
+    --------
+    >>> loses_by(0.2, {"compute": 3.0, "communication": -2.8})
+    '+0.20 ms: compute +3.00, communication -2.80'
+    """
+    parts = ", ".join(f"{part} {delta:+.2f}" for part, delta in behind_ms.items())
+    return f"+{gap_ms:.2f} ms" + (f": {parts}" if parts else "")
 
 
 def what_if(
@@ -135,9 +192,11 @@ def what_if(
     devices: int,
     device_names: Sequence[str] | None = None,
     memory_capacity: int | None = None,
+    costs_for: Callable[[RunConfig], DeviceCosts] | None = None,
 ) -> list[WhatIfRow]:
     """Every candidate configuration predicted and ranked (fastest first; configurations that
-    do not fit in memory or cannot be predicted last)."""
+    do not fit in memory or cannot be predicted last). ``costs_for``: each configuration's
+    costs, where they are not ``costs`` for all (the calibration a run of it reads)."""
     rows = []
     for config in candidate_configs(base, devices):
         try:
@@ -161,13 +220,16 @@ def what_if(
             # (on hosts of their own, so reached over the inter-host links).
             names += [f"ps{task}" for task in range(count - len(names))]
         try:
-            prediction = predict(config, model, optimizer, costs, names)
+            row_costs = costs if costs_for is None else costs_for(config)
+            prediction = predict(config, model, optimizer, row_costs, names)
         except PlanningError as error:
             rows.append(WhatIfRow(config.strategy, _options(config), None, {}, str(error), False))
             continue
         fits = memory_capacity is None or max(prediction.memory_bytes.values()) <= memory_capacity
         rows.append(
-            WhatIfRow(config.strategy, _options(config), prediction, _parts(prediction), "", fits)
+            WhatIfRow(
+                config.strategy, _options(config), prediction, step_parts(prediction), "", fits
+            )
         )
     return rank_rows(rows)
 
@@ -182,36 +244,52 @@ def rank_rows(rows: list[WhatIfRow]) -> list[WhatIfRow]:
     best = next((row for row in predicted if row.fits), None)
     ranked = []
     for row in predicted:
+        behind: dict[str, float] = {}
         if not row.fits:
             reason = "memory: needs more than a device has"
         elif row is best:
             reason = "fastest"
         else:
-            excess = {part: row.parts[part] - best.parts[part] for part in PARTS}
-            part = max(excess, key=excess.get)
-            reason = f"{part} (+{excess[part] * 1e3:.2f} ms over the fastest)"
+            assert best is not None and row.step_seconds is not None
+            gap = round((row.step_seconds - best.step_seconds) * 1e3, 2)
+            behind = gap_by_part(row.parts, best.parts)
+            reason = loses_by(gap, behind)
         ranked.append(
-            WhatIfRow(row.strategy, row.options, row.prediction, row.parts, reason, row.fits)
+            WhatIfRow(
+                row.strategy, row.options, row.prediction, row.parts, reason, row.fits, behind
+            )
         )
     return ranked + [row for row in rows if row.prediction is None]
 
 
 def format_table(rows: Sequence[WhatIfRow]) -> str:
-    """The table ``dtrain plan --what-if`` prints."""
-    lines = [
-        f"{'strategy':<17} {'options':<38} {'step ms':>9} {'samples/s':>11} "
-        f"{'MB sent/dev':>11} {'MB mem/dev':>10} {'bubble':>6}  reason"
-    ]
+    """The table ``dtrain plan --what-if`` prints, each column as wide as its widest cell."""
+    header = ["strategy", "options", "step ms", "samples/s", "MB sent/dev", "MB mem/dev"]
+    header += ["bubble", "reason"]
+    lines = [header]
     for row in rows:
-        options = " ".join(f"{k}={v}" for k, v in row.options.items())
         data = row.to_dict()
+        cells = [row.strategy, describe_options(row.options)]
         if row.prediction is None:
-            lines.append(f"{row.strategy:<17} {options:<38} {'-':>9}  {row.reason}")
+            lines.append([*cells, "-", "", "", "", "", row.reason])
             continue
-        bubble = "-" if data["bubble"] is None else f"{data['bubble']:.2f}"
         lines.append(
-            f"{row.strategy:<17} {options:<38} {data['predicted_step_ms']:>9.2f} "
-            f"{data['samples_per_second']:>11,.0f} {data['bytes_per_device'] / 1e6:>11.2f} "
-            f"{data['memory_per_device'] / 1e6:>10.1f} {bubble:>6}  {row.reason}"
+            [
+                *cells,
+                f"{data['predicted_step_ms']:.2f}",
+                f"{data['samples_per_second']:,.0f}",
+                f"{data['bytes_per_device'] / 1e6:.2f}",
+                f"{data['memory_per_device'] / 1e6:.1f}",
+                "-" if data["bubble"] is None else f"{data['bubble']:.2f}",
+                row.reason,
+            ]
         )
-    return "\n".join(lines)
+    widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
+    text = []
+    for line in lines:
+        cells = [
+            cell.ljust(width) if column < 2 else cell.rjust(width)
+            for column, (cell, width) in enumerate(zip(line[:-1], widths))
+        ]
+        text.append(("  ".join(cells) + "  " + line[-1]).rstrip())
+    return "\n".join(text)

@@ -441,6 +441,23 @@ def _all_timed(known: Calibration, devices: Sequence[str], graphs: Sequence[Grap
     return all(not known.missing_signatures(device, signatures) for device in devices)
 
 
+def covers(
+    known: Calibration,
+    devices: Sequence[str],
+    graphs: Sequence[Graph],
+    wires: Sequence[str] = WIRES,
+    link_sizes: Sequence[int] = TRANSFER_SIZES,
+) -> bool:
+    """Whether ``known`` has all that calibrating ``devices`` for ``graphs`` would measure:
+    every node timed on every device, each of ``wires`` fitted to at least ``link_sizes``
+    (between two devices or more) and the dispatch round. Then nothing is measured again."""
+    if len(devices) > 1 and not (
+        set(link_sizes) <= set(known.link_sizes) and all(known.has_wire(w) for w in wires)
+    ):
+        return False
+    return bool(known.dispatch_seconds) and _all_timed(known, devices, graphs)
+
+
 def in_process_signature(device_name: str, kind: str) -> str:
     return cluster_signature(kind, [device_name], [platform.node(), "in-process"])
 
