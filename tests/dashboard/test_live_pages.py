@@ -3,9 +3,9 @@ the workbench's pages, and they show that run (fetched over plain HTTP and a Bok
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -21,37 +21,29 @@ from workbench import RunConfig, run_training
 from workbench.dashboard import PRELOAD, scheduler_options
 from workbench.dashboard.handlers import LIST_RUNS, board_of
 from workbench.dashboard.preload import PAGE_FIGURES
+from workbench.launch.background_run import BackgroundRun
 
 DEADLINE_S = 30
 FLAGS = {"strategy": "mirrored", "devices": 2, "hidden": (16,)}
 
 
 class LiveRun:
-    """``run_training`` in a background thread, long enough to look at, stopped on demand."""
+    """A run recorded in the run store and trained in the background, as the notebook starts
+    one: long enough to look at, stopped on demand."""
 
     def __init__(self, **flags) -> None:
         self.lines: list[str] = []
-        self.jobs: list = []
-        self.result = self.error = None
-        self._thread = threading.Thread(target=self._train, args=(flags,), daemon=True)
-        self._thread.start()
-
-    def _train(self, flags: dict) -> None:
-        try:
-            self.result = run_training(
-                RunConfig(**flags), progress=self.lines.append, job_hook=self.jobs.append
-            )
-        except Exception as error:
-            self.error = error
+        self.background = BackgroundRun(RunConfig(**flags), progress=self.lines.append)
+        self.run_id = self.background.run_id  # what the sidebar, the panel and the CLI show
 
     def link(self) -> str:
         """The dashboard link the run shows, once its cluster has started."""
         deadline = time.monotonic() + DEADLINE_S
-        while not (self.jobs and self.jobs[0].dashboard_link):
-            assert self.error is None, self.error
+        while not self.background.job.dashboard_link:
+            assert self.background.error is None, self.background.error
             assert time.monotonic() < deadline, f"no dashboard link: {self.lines}"
             time.sleep(0.05)
-        return self.jobs[0].dashboard_link
+        return self.background.job.dashboard_link
 
     def dashboard(self) -> str:
         """The run's dashboard as ``http://host:port``."""
@@ -59,13 +51,8 @@ class LiveRun:
         return f"{parts.scheme}://{parts.netloc}"
 
     def stop(self):
-        if self.jobs:
-            self.jobs[0].stop.set()
-        self._thread.join(DEADLINE_S)
-        assert not self._thread.is_alive(), "the run did not stop"
-        if self.error is not None:
-            raise self.error
-        return self.result
+        self.background.stop()
+        return self.background.wait(DEADLINE_S).result
 
 
 def wait_for_events(runs_on_scheduler) -> dict:
@@ -84,11 +71,12 @@ def runs_on(client: Client) -> dict:
     return client.sync(lambda: getattr(client.scheduler, LIST_RUNS)())
 
 
-def check_pages(dashboard: str, token: str | None = None) -> None:
+def check_pages(dashboard: str, run_id: str, token: str | None = None) -> None:
     """The pages, fetched as the link shows them (with the token of a cluster the workbench
-    started, whose dashboard answers nothing else)."""
+    started, whose dashboard answers nothing else), and the loss page of run ``run_id``, the
+    id the run store gave it, as ``?run=`` names it."""
     query = f"?token={token}" if token else ""
-    arguments = {"token": token} if token else None
+    arguments = {"token": token} if token else {}
     listed = json.load(
         urllib.request.urlopen(f"{dashboard}/individual-plots.json{query}", timeout=10)
     )
@@ -96,12 +84,14 @@ def check_pages(dashboard: str, token: str | None = None) -> None:
     for path in PAGE_FIGURES:
         with urllib.request.urlopen(f"{dashboard}{path}{query}", timeout=10) as response:
             assert response.status == 200
-    # A real Bokeh session on the loss page: the run's name and its loss curve.
-    with pull_session(url=f"{dashboard}/individual-workbench-loss", arguments=arguments) as session:
+    # A real Bokeh session on the run's loss page: its name, how far it is, its loss curve.
+    page = f"{dashboard}/individual-workbench-loss"
+    with pull_session(url=page, arguments={**arguments, "run": run_id}) as session:
         (root,) = session.document.roots
-        titles = [chart.title.text for chart in root.children]
-        assert titles[0].startswith("loss — mirrored, 2 devices, run "), titles
-        assert titles[0].endswith("(live)"), titles
+        step_line, *charts = root.children
+        assert re.fullmatch(r"step [1-9]\d*/100000", step_line.text), step_line.text
+        titles = [chart.title.text for chart in charts]
+        assert titles[0] == f"loss — mirrored, 2 devices, run {run_id} (live)", titles
         losses = [
             model.data["loss"]
             for model in session.document.models
@@ -120,8 +110,9 @@ def test_the_workbench_cluster_serves_the_pages_of_a_live_run(no_leftover_proces
         board = board_of(scheduler)
         assert board is not None, "the workbench's scheduler has no run board"
         runs = wait_for_events(board.summary)
+        assert list(runs) == [run.run_id]  # the board knows the run by its run store id
         (token,) = parse_qs(urlsplit(run.link()).query)["token"]
-        check_pages(dashboard, token)
+        check_pages(dashboard, run.run_id, token)
         for path in ("/individual-plots.json", *PAGE_FIGURES):
             with pytest.raises(urllib.error.HTTPError, match="403"):
                 urllib.request.urlopen(f"{dashboard}{path}", timeout=10)
@@ -207,13 +198,14 @@ def test_an_existing_scheduler_started_with_the_preload_serves_the_pages(
         try:
             runs = wait_for_events(lambda: runs_on(client))
             assert run.dashboard() == dashboard  # the link the run panel shows
-            check_pages(dashboard)
+            assert list(runs) == [run.run_id]
+            check_pages(dashboard, run.run_id)
             (description,) = [run["description"] for run in runs.values()]
             assert description["strategy"] == "mirrored"
         finally:
-            run.stop()
+            result = run.stop()
         ((run_id, finished),) = runs_on(client).items()
-        assert finished["finished"]
+        assert run_id == run.run_id and finished["finished"]
     # The finished run, on a page pinned to it: its test loss reached the board before the
     # run let go of the cluster.
     page = f"{dashboard}/individual-workbench-loss"
@@ -224,9 +216,9 @@ def test_an_existing_scheduler_started_with_the_preload_serves_the_pages(
             if type(model).__name__ == "ColumnDataSource" and model.name == "test_loss"
         ]
         assert len(test_loss.data["value"]) == 1
-        assert test_loss.data["value"][0] == pytest.approx(run.result.summary["test_loss"])
+        assert test_loss.data["value"][0] == pytest.approx(result.summary["test_loss"])
         (root,) = session.document.roots
-        assert root.children[0].title.text.endswith(f"run {run_id} (finished)")
+        assert root.children[1].title.text.endswith(f"run {run_id} (finished)")
 
 
 @pytest.fixture

@@ -3,8 +3,9 @@ follows the newest run."""
 
 from bokeh.document import Document
 
-from workbench.dashboard.pages import NO_RUN, REFRESH_MILLISECONDS, show_page
+from workbench.dashboard.pages import NO_RUN, REFRESH_MILLISECONDS, STEP_CSS_CLASS, show_page
 from workbench.dashboard.preload import PAGE_FIGURES
+from workbench.dashboard.publisher import PUBLISH_HZ
 from workbench.dashboard.run_board import RunBoard
 from workbench.events.records import PhaseEvent, ScalarEvent
 
@@ -27,7 +28,8 @@ def test_every_page_shows_its_two_figures_titled_no_run_before_any_run():
         document = Document()
         page = show_page(figure_names, RunBoard(), document)
         assert document.roots == [page.root]
-        assert page.root.children == page.figures
+        assert page.root.children == [page.step_line, *page.figures]
+        assert page.step_line.css_classes == [STEP_CSS_CLASS]
         assert len(page.figures) == 2
         assert all(chart.title.text.endswith(f" — {NO_RUN}") for chart in page.figures)
         assert REFRESH_MILLISECONDS >= 100  # at most 10 refreshes a second
@@ -64,7 +66,7 @@ def test_a_page_moves_to_a_newer_run():
     page.tick()
     assert page.run_id == "run-2"
     assert list(page.charts.sources["loss"].data["step"]) == [0, 1]
-    assert page.root.children == page.figures
+    assert page.root.children == [page.step_line, *page.figures]
     assert "parameter-server" in page.figures[0].title.text
 
 
@@ -83,3 +85,19 @@ def test_a_page_pinned_to_a_run_stays_on_it_when_a_newer_run_starts():
     page.tick()
     assert page.run_id == "run-1"
     assert list(page.charts.sources["loss"].data["step"]) == [0, 1, 2, 3, 4]
+
+
+def test_every_page_says_how_far_its_run_is_as_it_refreshes():
+    for figure_names in PAGE_FIGURES.values():
+        board = RunBoard()
+        page = show_page(figure_names, board, Document())
+        assert page.step_line.text == "step 0/?"
+        board.publish("run-1", events(range(3)), {**DESCRIPTION, "steps": 8})
+        page.tick()
+        assert page.step_line.text == "step 3/8"
+        board.publish("run-1", events(range(3, 8)), finished=True)
+        page.tick()
+        assert page.step_line.text == "step 8/8"
+    # A step the devices finished reaches the page within a second: the publisher's period
+    # plus the page's.
+    assert 1000 / PUBLISH_HZ + REFRESH_MILLISECONDS < 1000

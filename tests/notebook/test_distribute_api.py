@@ -8,6 +8,7 @@ import pytest
 
 import workbench
 from workbench import ConfigError, Dense, Flatten, Sequential
+from workbench.store import RunStore
 
 
 def _model() -> Sequential:
@@ -48,3 +49,12 @@ def test_bad_options_name_the_option(make, field):
     with pytest.raises(ConfigError) as raised:
         make()
     assert raised.value.field == field
+
+
+def test_a_fit_in_the_foreground_is_recorded_like_every_run(store_root):
+    result = _model().fit(steps=3, batch_size=32)
+    (stored,) = RunStore().runs()
+    status = stored.status()
+    assert status["state"] == "finished" and status["step"] == 3
+    assert stored.summary()["final_loss"] == result.summary["final_loss"]
+    assert [event.step for event in stored.event_log().scalars("loss")] == [0, 1, 2]

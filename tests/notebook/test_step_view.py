@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from workbench.charts.step_comparison import ROW_PX
 from workbench.config import RunConfig
 from workbench.launch.runner import run_training
 from workbench.notebook import compare_step
 from workbench.notebook.step_view import NoPrediction, measured_rows
+from workbench.runtime.devices import device_tag
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,7 @@ def rows_of(chart) -> list[tuple[tuple[str, str], str]]:
 
 def test_each_device_has_its_predicted_row_above_its_measured_row(mirrored_run):
     chart = compare_step(mirrored_run)
-    devices = [entry["device"] for entry in mirrored_run.summary["per_device"]]
+    devices = [device_tag(entry["device"]) for entry in mirrored_run.summary["per_device"]]
     factors = list(reversed(chart.y_range.factors))  # drawn top to bottom
     assert factors == [(d, source) for d in devices for source in ("predicted", "measured")]
     drawn = rows_of(chart)
@@ -37,7 +39,28 @@ def test_each_device_has_its_predicted_row_above_its_measured_row(mirrored_run):
         for source in ("predicted", "measured"):
             phases = {phase for (row, phase) in drawn if row == (device, source)}
             assert {"compute", "allreduce", "update"} <= phases, (device, source, phases)
-    assert "predicted step" in chart.title.text
+    assert "predicted" in chart.title.text
+
+
+def test_device_names_are_short_and_stand_level_beside_their_rows(mirrored_run):
+    chart = compare_step(mirrored_run)
+    devices = {device for device, _ in chart.y_range.factors}
+    assert devices == {"task0-cpu0", "task1-cpu0"}
+    (axis,) = chart.yaxis
+    assert axis.group_label_orientation == "horizontal"  # not along the axis, into each other
+    assert chart.height >= ROW_PX * len(chart.y_range.factors)
+
+
+def test_the_title_gives_both_step_times_and_the_step_number_apart(mirrored_run):
+    chart = compare_step(mirrored_run)
+    step, rows = measured_rows(mirrored_run.log)
+    measured_ms = max(row["end"] for row in rows) * 1e3
+    predicted_ms = mirrored_run.prediction.step_seconds * 1e3
+    assert chart.title.text == (
+        f"mirrored: one step predicted {predicted_ms:.2f} ms, measured {measured_ms:.2f} ms "
+        f"(step {step})"
+    )
+    assert "measured step" not in chart.title.text
 
 
 def test_the_measured_step_is_a_steady_one_and_starts_at_zero(mirrored_run):

@@ -3,8 +3,10 @@ planner simulated and, under it, a row of what the run recorded, each from its s
 
 The rows are plain data (``device``, ``source``: ``predicted`` or ``measured``, ``phase``,
 ``start``, ``end``, seconds from the step's start), so the chart knows nothing of the planner
-or the run; :mod:`workbench.notebook.step_view` turns a run's prediction and events into them.
-Phases take the live timeline's colours (``live_charts.PHASE_COLOURS``).
+or the run; :mod:`workbench.notebook.step_view` turns a run's prediction and events into them,
+devices by their short names (``task0-cpu0``). Each device's name stands level, left of its
+two rows, so names never run into each other however many devices there are. Phases take the
+live timeline's colours (``live_charts.PHASE_COLOURS``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from bokeh.transform import factor_cmap
 from workbench.charts.live_charts import PHASE_COLOURS
 
 SOURCES = ("predicted", "measured")
+ROW_PX = 28  # a bar and its gap: two rows a device leave its name room to stand level
+TOOLS = "pan,xbox_zoom,reset"
 
 
 def step_comparison(
@@ -37,13 +41,19 @@ def step_comparison(
         "end": [row["end"] * 1e3 for row in rows],
     }
     chart = figure(
-        y_range=FactorRange(*reversed(factors)),
-        height=80 + 40 * len(factors),
+        y_range=FactorRange(*reversed(factors), group_padding=0.6),
+        height=140 + ROW_PX * len(factors),
         width=900,
         title=title,
         x_axis_label="milliseconds since the step began",
+        tools=TOOLS,
         toolbar_location="above",
     )
+    chart.toolbar.logo = None
+    (axis,) = chart.yaxis
+    axis.group_label_orientation = "horizontal"  # device names level, not along the axis
+    axis.major_label_text_font_size = "11px"
+    axis.group_text_font_size = "12px"
     phases = [phase for phase in PHASE_COLOURS if phase in set(data["phase"])] or ["compute"]
     chart.hbar(
         y="y",

@@ -12,7 +12,8 @@ What flows where::
   started with ``dask scheduler --preload workbench.dashboard.preload``.
 - :mod:`~workbench.dashboard.run_board` is plain state: events by run with sequence numbers.
 - :mod:`~workbench.dashboard.pages` reuses the notebook's ``LiveCharts`` over a copy of the
-  board's events; a page follows the newest run.
+  board's events; a page follows the newest run, or with ``?run=<run id>`` the run the sidebar
+  and the CLI call so, and says how far it is (``step N/M``).
 - :mod:`~workbench.dashboard.publisher` never blocks or fails training: a scheduler without the
   preload gets one warning line and no pages.
 
@@ -51,7 +52,8 @@ def scheduler_options() -> dict:
 
 class DashboardObserver:
     """Puts a cluster run on the scheduler's dashboard pages: a cluster the workbench starts
-    gets the pages' preload, and the run's events are published while it trains (a
+    gets the pages' preload, and the run's events are published while it trains, under the
+    run's store id once the run store records it (``job.run_id``: what ``?run=`` takes) (a
     :class:`~workbench.training.job.ClusterObserver`, attached by ``workbench.launch``)."""
 
     def scheduler_options(self) -> dict:

@@ -1,7 +1,9 @@
 """The workbench's dashboard pages: the notebook's live charts, fed from the run board.
 
 A page follows the newest run on the board, or the one its address names
-(``/individual-workbench-loss?run=<run id>``, for two runs side by side). It copies that run's
+(``/individual-workbench-loss?run=<run id>``, with the id the sidebar, the CLI and the panel
+show, for two runs side by side). Above its figures, a line says how far the run is
+(``step 120/2000``), brought up to date on every refresh. It copies that run's
 events into an :class:`~workbench.events.EventLog` of its own and draws it with the notebook's
 :class:`~workbench.charts.live_charts.LiveCharts` (the same charts, the same code), building only
 the figures of its page. When a newer run appears, a page that follows the newest starts over
@@ -12,13 +14,17 @@ from __future__ import annotations
 
 from bokeh.document import Document
 from bokeh.layouts import column
+from bokeh.models import Div
 
 from workbench.charts.live_charts import MAX_REFRESH_HZ, LiveCharts
 from workbench.dashboard.run_board import PHASES_KEPT, SCALARS_KEPT, RunBoard
 from workbench.events import EventLog
 
-# 5 refreshes a second: live enough, and never above the charts' own cap.
+# 5 refreshes a second: live enough, and never above the charts' own cap. With the publisher's
+# own period (workbench/dashboard/publisher.py, PUBLISH_HZ) a step the devices finished shows
+# on the page well within a second.
 REFRESH_MILLISECONDS = max(200, 1000 // MAX_REFRESH_HZ)
+STEP_CSS_CLASS = "dtrain-board-step"  # what a browser test (or a user style) finds the line by
 # A page that has copied this many events starts over from what the board keeps, so an open
 # page lives in bounded memory however long the run goes.
 PAGE_EVENTS_KEPT = 2 * (SCALARS_KEPT + PHASES_KEPT)
@@ -37,6 +43,18 @@ def describe(run_id: str, description: dict, finished: bool) -> str:
     return f"{caption} ({'finished' if finished else 'live'})"
 
 
+def step_text(step: int, description: dict) -> str:
+    """The line above a page's figures: ``step 120/2000`` (steps done of the run's steps).
+
+    Examples
+    --------
+    >>> step_text(120, {"steps": 2000}), step_text(0, {})
+    ('step 120/2000', 'step 0/?')
+    """
+    steps = description.get("steps")
+    return f"step {step}/{steps if steps is not None else '?'}"
+
+
 class RunPage:
     """One open page (one Bokeh document): ``root`` holds its figures, :meth:`tick` brings them
     up to date with the board."""
@@ -46,6 +64,9 @@ class RunPage:
     ) -> None:
         self.board, self.figure_names, self.pinned_run = board, figure_names, pinned_run
         self.root = column(sizing_mode="stretch_both")
+        self.step_line = Div(
+            text="", css_classes=[STEP_CSS_CLASS], styles={"font-weight": "bold", "margin": "4px"}
+        )
         self.run_id: str | None = None
         self._position = 0
         self._finished = False
@@ -63,7 +84,8 @@ class RunPage:
         for chart in self.figures:
             chart.sizing_mode = "stretch_both"
         self._caption(description if run is not None else None)
-        self.root.children = list(self.figures)
+        self.step_line.text = step_text(run.step if run is not None else 0, description)
+        self.root.children = [self.step_line, *self.figures]
 
     def _caption(self, description: dict | None) -> None:
         if description is not None:
@@ -91,6 +113,8 @@ class RunPage:
             self.log.emit(event)
         self._copied += len(new)
         run = self.board.run(self.run_id)
+        if run is not None:
+            self.step_line.text = step_text(run.step, run.description)
         finished = run is not None and run.finished
         if finished != self._finished:
             self._finished = finished

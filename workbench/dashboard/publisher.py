@@ -116,10 +116,16 @@ def _has_pages(dask_scheduler=None) -> bool:
     return PUBLISH_EVENTS in dask_scheduler.handlers
 
 
+def board_run_id(session, job) -> str:
+    """The name the run goes by on the board: its id in the run store (what the sidebar, the
+    CLI and ``?run=`` use), or for a run not recorded there the cluster session's own id."""
+    return job.run_id or session.run_id
+
+
 def publish_run(session, strategy: str, job, log: EventLog, progress: Callable[[str], None]):
-    """:func:`publishing` for a training run on a cluster session. A cluster the run joined
-    is asked first whether its scheduler has the pages (a message it has no handler for would
-    put a traceback in its log)."""
+    """:func:`publishing` for a training run on a cluster session, under
+    :func:`board_run_id`. A cluster the run joined is asked first whether its scheduler has
+    the pages (a message it has no handler for would put a traceback in its log)."""
     if not session.owned and not session.client.run_on_scheduler(_has_pages):
         progress(
             f"[{strategy}] dashboard pages off: the scheduler has no workbench pages; start it "
@@ -135,7 +141,7 @@ def publish_run(session, strategy: str, job, log: EventLog, progress: Callable[[
     return publishing(
         session.client,
         log,
-        session.run_id,
+        board_run_id(session, job),
         description,
         lambda line: progress(f"[{strategy}] {line}"),
     )

@@ -38,11 +38,13 @@ class BoardRun:
     phases: deque = field(default_factory=lambda: deque(maxlen=PHASES_KEPT))
     received: int = 0  # events ever published: the next event's sequence number
     finished: bool = False
+    step: int = 0  # steps done: one past the newest step any event names, as the run store counts
 
     def summary(self) -> dict:
         return {
             "description": dict(self.description),
             "received": self.received,
+            "step": self.step,
             "kept": len(self.scalars) + len(self.phases),
             "finished": self.finished,
         }
@@ -95,6 +97,7 @@ class RunBoard:
                 kept = run.scalars if isinstance(record, ScalarEvent) else run.phases
                 kept.append((run.received, record))
                 run.received += 1
+                run.step = max(run.step, record.step + 1)
             run.finished = run.finished or finished
         return len(records)
 

@@ -3,10 +3,10 @@ side by side.
 
 The runs go one after another (at the same time they would share the cores and distort each
 other's figures), each a :class:`BackgroundRun` in the run store. Every configuration is
-checked before the first run starts. The view draws loss against steps and against wall time,
-one line per run, and a table of what tells them apart: samples/s, bytes communicated, busy
-fraction, bubble fraction, staleness and, when a run compresses its gradients, the compression
-figures.
+checked before the first run starts. The view shows a table of what tells them apart first
+(samples/s, bytes communicated, busy fraction, bubble fraction, staleness and, when a run
+compresses its gradients, the compression figures), then loss against steps and against the
+time since each run's first step, one line per run (:mod:`workbench.notebook.compare_view`).
 
 Besides the strategies (the first argument, comma-separated), the values of a comparable flag
 may be listed with commas: ``%dtrain compare mirrored --devices 2 --compression
@@ -198,6 +198,7 @@ class _StoredRun:
         self.config = RunConfig(strategy=config["strategy"])
         self.log = stored.event_log()
         status = stored.status()
+        self.total_steps = status.get("steps") or status["step"]
         self.row = _row(
             self.config.strategy,
             config.get("compression"),
