@@ -4,18 +4,23 @@ sidebar). docs/architecture.md, "Events", lists the events.
 
 In: events, in arrival order, fed one at a time to :meth:`FaultTally.add`. Out: ``restarts``
 (restarts so far), ``failures`` (failure phases seen), ``dropped_updates`` (gradient pushes the
-parameter server discarded so far), ``recovery_seconds`` (one per restart) and, while a failure
-has been noticed but no recovery has followed yet, that failure.
+parameter server discarded so far), ``recovery_seconds`` (one per restart),
+``failure_reasons`` (a short line per failure: its step, device and reason, and the step the run
+restarted from when it did) and, while a failure has been noticed but no recovery has followed
+yet, that failure.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from workbench.events.records import PhaseEvent, ScalarEvent
 
 # Scalars the tally reads; the fault phases are records.FAULT_PHASES.
 FAULT_SCALARS = ("restarts", "recovery_seconds", "dropped_updates")
+REASONS_KEPT = 20  # the latest failures' reasons (status.json stays small); ``failures`` counts all
+REASON_CHARS = 240  # a longer reason is cut (it names the device and the error first)
 
 
 @dataclass
@@ -25,7 +30,7 @@ class FaultTally:
     Examples
     --------
     >>> tally = FaultTally()
-    >>> tally.add(PhaseEvent("/task:1", "failure", 12, 3.0, 3.0))
+    >>> tally.add(PhaseEvent("/task:1", "failure", 12, 3.0, 3.0, reason="task1-cpu0: died"))
     True
     >>> tally.pending_failure.step, tally.line()
     (12, '')
@@ -35,14 +40,18 @@ class FaultTally:
     True
     >>> tally.status()["restarts"], tally.line()
     (1, 'restarts 1 · dropped 3')
+    >>> tally.failure_reasons
+    ['step 12, task1-cpu0: died; restarted from step 12']
     """
 
     restarts: int = 0
     failures: int = 0
     dropped_updates: int = 0
     recovery_seconds: list[float] = field(default_factory=list)
+    failure_reasons: list[str] = field(default_factory=list)
     # The last failure noticed, until a recovery phase says the run got over it.
     pending_failure: PhaseEvent | None = None
+    _restart_noted: bool = field(default=True, repr=False)  # the latest failure's restart
 
     def add(self, event: PhaseEvent | ScalarEvent) -> bool:
         """Count ``event`` if it tells of a fault; True if it did."""
@@ -54,6 +63,9 @@ class FaultTally:
         if event.phase == "failure":
             self.failures += 1
             self.pending_failure = event
+            if event.reason:  # records written before failures carried one have none
+                self._add_reason(f"step {event.step}, {event.reason}")
+                self._restart_noted = False
             return True
         if event.phase == "recovery":
             # Every device of the restored run logs one; any of them ends the wait.
@@ -69,11 +81,19 @@ class FaultTally:
             # Cumulative counts: the largest seen is the latest, even when devices' batches of
             # events arrive out of order.
             self.restarts = max(self.restarts, int(event.value))
+            if self.failure_reasons and not self._restart_noted:
+                self._restart_noted = True
+                self.failure_reasons[-1] += f"; restarted from step {event.step}"
         elif event.name == "dropped_updates":
             self.dropped_updates = max(self.dropped_updates, int(event.value))
         else:
             return False
         return True
+
+    def _add_reason(self, line: str) -> None:
+        if len(line) > REASON_CHARS:
+            line = line[: REASON_CHARS - 1] + "…"
+        self.failure_reasons = [*self.failure_reasons, line][-REASONS_KEPT:]
 
     def status(self) -> dict:
         """The status.json fields (docs: workbench/store/run_store.py)."""
@@ -82,6 +102,7 @@ class FaultTally:
             "failures": self.failures,
             "dropped_updates": self.dropped_updates,
             "recovery_seconds": list(self.recovery_seconds),
+            "failure_reasons": list(self.failure_reasons),
         }
 
     def line(self) -> str:
@@ -92,3 +113,12 @@ class FaultTally:
         if self.dropped_updates:
             parts.append(f"dropped {self.dropped_updates}")
         return " · ".join(parts)
+
+
+def failure_reasons(events: Iterable[PhaseEvent | ScalarEvent]) -> list[str]:
+    """The ``failure_reasons`` of a run's events, as status.json has them (the ``--json``
+    summary's)."""
+    tally = FaultTally()
+    for event in events:
+        tally.add(event)
+    return tally.failure_reasons

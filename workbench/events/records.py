@@ -33,7 +33,9 @@ class PhaseEvent:
     over the wire (both 0 for compute). ``path`` says how those bytes travelled, e.g.
     ``shared-memory``, ``tls`` (Dask's comms of a cluster the workbench starts) or ``tcp``
     between CPU devices, ``host-staged:shared-memory``, ``host-staged:tls``, ``device:ucx`` or
-    ``device:nccl`` between GPU devices ("" when nothing moved)."""
+    ``device:nccl`` between GPU devices ("" when nothing moved). ``reason``: why, for a
+    ``failure`` (e.g. ``task0-cpu0: StallError: ...``); "" otherwise, and in records written
+    before failures carried one."""
 
     device: str
     phase: str
@@ -43,13 +45,17 @@ class PhaseEvent:
     bytes: int = 0
     bytes_received: int = 0
     path: str = ""
+    reason: str = ""
 
     @property
     def duration(self) -> float:
         return self.end - self.start
 
     def to_dict(self) -> dict:
-        return {"kind": "phase", **asdict(self)}
+        fields = asdict(self)
+        if not self.reason:
+            del fields["reason"]  # only failures carry one: the other lines stay as they were
+        return {"kind": "phase", **fields}
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.events import EventLog
-from workbench.parallel.dispatch import DeviceFailure, submit_each, wait_all
+from workbench.events.records import PhaseEvent
+from workbench.parallel.dispatch import (
+    DeviceFailure,
+    StoppedInFault,
+    StopRequested,
+    submit_each,
+    wait_all,
+)
 from workbench.parallel.periodic_checkpoints import PeriodicCheckpoints
-from workbench.parallel.recovery import devices_after_failure, elastic_device_count
+from workbench.parallel.recovery import devices_after_failure, elastic_device_count, forget_runs
 from workbench.parallel.step_loop import drive_steps
+from workbench.parallel.stop_gate import DevicesUnreachable, run_on_workers
+from workbench.parallel.stop_gate import forget as forget_stop
 from workbench.runtime.cluster import (
     ClusterSession,
     ordered_workers,
@@ -108,6 +117,7 @@ def snapshot_device(run_id: str) -> dict:
 def drop_device_state(run_id: str) -> None:
     """Task: forget the run on this worker (its resident state and pending tensors)."""
     device_service().forget(run_id)
+    forget_stop(run_id)
 
 
 def run_on_devices(
@@ -149,34 +159,57 @@ def run_on_devices(
             progress(f"[{strategy}] Dask dashboard: {session.dashboard_link}")
         attempt = Attempt(strategy, job, log, progress, session, make_plan, deadline)
         names = list(session.device_names)
+        state = None  # (variables, slots) where the devices cannot hand theirs over
         while True:
             try:
                 snapshots = attempt.run(grow_to=devices if elastic else None)
                 break
             except Regroup:
                 continue  # at a checkpoint just written: nothing to recompute
+            except StoppedInFault as stopped:
+                if stopped.reason is not None:
+                    attempt.record_failure(stopped, "stopping")
+                state = attempt.stopped_in_fault()
+                break
             except DeviceFailure as failure:
-                if job.faults.restarts >= config.max_restarts or not failure.recoverable:
+                gives_up = job.faults.restarts >= config.max_restarts or not failure.recoverable
+                if job.stop.is_set():  # asked to stop: no new attempt
+                    attempt.record_failure(failure, "stopping")
+                    state = attempt.stopped_in_fault()
+                    break
+                if gives_up:
+                    attempt.record_failure(failure, "ending")
                     attempt.clean_up()
                     raise
-                noticed = attempt.record_failure(failure)
-                devices_after_failure(
-                    session,
-                    failure,
-                    devices,
-                    config.replacement_timeout,
-                    config.batch_size if elastic else None,
-                    lambda count: names if count == devices else _worker_names(session, count),
-                )
+                noticed = attempt.record_failure(failure, "restoring")
+                try:
+                    devices_after_failure(
+                        session,
+                        failure,
+                        devices,
+                        config.replacement_timeout,
+                        config.batch_size if elastic else None,
+                        lambda count: names if count == devices else _worker_names(session, count),
+                        job.stop,
+                    )
+                except StopRequested:
+                    state = attempt.stopped_in_fault()
+                    break
+                if job.stop.is_set():
+                    state = attempt.stopped_in_fault()
+                    break
                 attempt.restore(noticed, failure)
         job.faults.devices = len(session.addresses)
-        for snapshot in snapshots:
-            for event in snapshot.get("events", ()):
-                log.phase(*event)
         host = TrainingSession(
             job.model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed
         )
-        host.load_state(*attempt.plan.merge(snapshots))
+        if state is None:
+            for snapshot in snapshots:
+                for event in snapshot.get("events", ()):
+                    log.phase(*event)
+            state = attempt.plan.merge(snapshots)
+        if state[0] is not None:  # None: the run's fresh initialisation, as the host's
+            host.load_state(*state)
         # While the dashboard's pages still follow the run: the test point reaches them too.
         evaluate_on_test(job, host, log)
     return host
@@ -262,6 +295,9 @@ class Attempt:
             snapshots = self.gather(job.total_steps)
         except DeviceFailure:
             raise  # the workers are restarted (recovery) or cleaned up (the run fails)
+        except StoppedInFault:
+            self.forget_at_once()  # a stalled device would hold a cleanup task up
+            raise
         except BaseException:
             self.clean_up()
             raise
@@ -302,15 +338,39 @@ class Attempt:
         with contextlib.suppress(Exception):  # the cluster is closed next anyway
             wait_all(session, cleanup, "cleanup", None, deadline=10)
 
-    def record_failure(self, failure: DeviceFailure) -> float:
+    def forget_at_once(self) -> None:
+        """Drop the run's state on its workers without waiting for their task threads."""
+        session = self.session
+        with contextlib.suppress(DevicesUnreachable):
+            run_on_workers(session.client, forget_runs, ([session.run_id],), session.addresses, 2.0)
+
+    def record_failure(self, failure: DeviceFailure | StoppedInFault, then: str) -> float:
+        """Log ``failure``'s event, with its reason, and say what follows: ``restoring`` from
+        the checkpoint, ``ending`` the run (no restart left, or one would fail again), or
+        ``stopping`` it as asked. Returns when it was noticed."""
         noticed = self.job.clock()
         step = failure.step if failure.step is not None else self.first
-        self.log.phase(failure.device or "cluster", "failure", step, noticed, noticed)
-        self.progress(
-            f"[{self.strategy}] {failure}; restoring every device from the checkpoint at step "
-            f"{self.checkpoints.step}"
-        )
+        device = getattr(failure, "device", None) or "cluster"
+        reason = failure.reason or str(failure)
+        self.log.emit(PhaseEvent(device, "failure", step, noticed, noticed, reason=reason))
+        follows = {
+            "restoring": "restoring every device from the checkpoint at step "
+            f"{self.checkpoints.step}",
+            "ending": "the run fails",
+            "stopping": "the run stops, as asked",
+        }[then]
+        self.progress(f"[{self.strategy}] {failure}; {follows}")
         return noticed
+
+    def stopped_in_fault(self) -> tuple[dict | None, dict | None]:
+        """The variables and slots of a run stopped during a fault (its devices cannot hand
+        theirs over): its restart point's, the newest checkpoint or where it started."""
+        _, parameters, slots = self.checkpoints.restart_point()
+        self.progress(
+            f"[{self.strategy}] stopped during a fault: the variables are those of step "
+            f"{self.checkpoints.step} (the last checkpoint, or where the run started)"
+        )
+        return parameters, slots
 
     def restore(self, noticed: float, failure: DeviceFailure) -> None:
         """Go on from the last checkpoint on the session's (new) devices."""

@@ -9,12 +9,16 @@ that names the device and the step; the client never waits forever.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.parallel.ordered_tasks import run_in_order
+from distributed import KilledWorker
+from distributed.comm.core import CommClosedError
+
+from workbench.parallel.ordered_tasks import PreviousTaskFailed, run_in_order
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.devices import device_tag
 from workbench.safe_io import ForeignPathError
@@ -24,7 +28,8 @@ class DeviceFailure(RuntimeError):
     """A device failed or stopped answering; the message names it and the step (``device``
     and ``step`` say the same for code that recovers). ``recoverable``: the device died or
     stalled, so a restore from a checkpoint may go on; an error its own code raised (out of
-    memory, a bad input) would only happen again."""
+    memory, a bad input) would only happen again. ``reason``: what happened, in a line (the
+    failure event's, docs/architecture.md, "Events")."""
 
     def __init__(
         self,
@@ -32,9 +37,32 @@ class DeviceFailure(RuntimeError):
         device: str | None = None,
         step: int | None = None,
         recoverable: bool = True,
+        reason: str | None = None,
     ) -> None:
         super().__init__(message)
         self.device, self.step, self.recoverable = device, step, recoverable
+        self.reason = reason or message
+
+
+class StopRequested(Exception):
+    """The run was asked to stop while the client waited for its devices."""
+
+
+class StoppedInFault(Exception):
+    """The run was asked to stop while a device was stalled or dead, or while the run
+    recovered from that: its devices cannot hand over their variables, and the run ends with
+    its last checkpoint's. ``reason``: the stall's, when the stop found one (None: the fault
+    was already recorded)."""
+
+    def __init__(self, message: str, step: int | None = None, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.step, self.reason = step, reason
+
+
+# Errors a device's task raises when a peer died or stalled (a stall, a peer's connection
+# closed, the task queued behind a failed one): a restore gets past them. Any other error
+# came from the device's own work and would only happen again.
+_PEER_ERRORS = (TimeoutError, PreviousTaskFailed, CommClosedError, KilledWorker)
 
 
 def submit_each(
@@ -93,14 +121,18 @@ def wait_all(
     step: int | None,
     deadline: float,
     ranks: Sequence[int] | None = None,
+    stop: threading.Event | None = None,
 ) -> list[Any]:
     """Results of ``futures`` (one per rank of ``ranks``), or :class:`DeviceFailure` naming
-    the device that failed or went silent."""
+    the device that failed or went silent; :class:`StopRequested` as soon as ``stop`` is set
+    (the futures are left to the caller)."""
     ranks = list(range(len(futures))) if ranks is None else list(ranks)
 
     started = checked = time.monotonic()
     pending = list(futures)
     while pending:
+        if stop is not None and stop.is_set():
+            raise StopRequested
         if time.monotonic() - checked > 0.5:
             checked = time.monotonic()
             _raise_if_a_device_left(session, futures, what, step)
@@ -113,12 +145,12 @@ def wait_all(
                 pending.remove(future)
             elif future.status in ("error", "cancelled", "lost"):
                 rank = ranks[list(futures).index(future)]
-                error = None
+                status, error = future.status, None  # before the cancel below changes it
                 try:
                     error = future.exception(timeout=5)
-                    detail = f"{type(error).__name__}: {error}" if error else future.status
+                    detail = f"{type(error).__name__}: {error}" if error else status
                 except Exception as problem:  # the worker itself is gone
-                    detail = f"{future.status} ({problem!r})"
+                    detail = f"{status} ({problem!r})"
                 # A peer's failure is usually the echo of a device that died: name that one.
                 _raise_if_a_device_left(session, futures, what, step, detail)
                 cancel_all(session, futures)
@@ -128,8 +160,9 @@ def wait_all(
                     step,
                     # Another user's object where the run keeps its shared memory would be met
                     # again (docs/security/shared-memory.md).
-                    recoverable=future.status != "error"
+                    recoverable=(status != "error" or isinstance(error, _PEER_ERRORS))
                     and not isinstance(error, ForeignPathError),
+                    reason=f"{device_tag(session.device_names[rank])}: {detail}",
                 )
         if pending and time.monotonic() - started > deadline:
             cancel_all(session, futures)
@@ -139,6 +172,8 @@ def wait_all(
                 f"{deadline:.0f}s (stalled or died)",
                 silent[0],
                 step,
+                reason=f"{', '.join(map(device_tag, silent))}: did not finish {what} within "
+                f"{deadline:.0f}s (stalled or died)",
             )
     return _gather(session, futures, what, step, max(deadline - (time.monotonic() - started), 5))
 
@@ -199,4 +234,6 @@ def _raise_if_a_device_left(
                 f"(its worker {address} left the cluster){echo}",
                 session.device_names[rank],
                 step,
+                reason=f"{device_tag(session.device_names[rank])}: died (its worker left the "
+                "cluster)",
             )

@@ -8,24 +8,31 @@ worker that died; an existing cluster may offer a spare. The run waits up to
 ``--replacement-timeout`` for as many workers as it had; an ``--elastic`` data-parallel run goes
 on with fewer when they do not come, as many as divide the global batch evenly (the batch and
 its order stay the same, so the trajectory does too: docs/architecture.md, "Faults and
-stragglers").
+stragglers"). A Stop ends each of these waits at once (:class:`~workbench.parallel.dispatch.
+StopRequested`): no new attempt starts after it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable
 
-from workbench.parallel.dispatch import DeviceFailure
+from workbench.parallel.dispatch import DeviceFailure, StopRequested
 from workbench.runtime.cluster import ClusterSession, ordered_workers
 from workbench.runtime.worker_service import SERVICE_NAME
 
 RESTART_TIMEOUT_S = 60.0
 
 
-def restart_survivors(session: ClusterSession) -> int:
+def _check(stop: threading.Event | None) -> None:
+    if stop is not None and stop.is_set():
+        raise StopRequested
+
+
+def restart_survivors(session: ClusterSession, stop: threading.Event | None = None) -> int:
     """End the run's worker processes that are still there (their state is the failed
     attempt's, and their task thread may be stuck in a collective with the dead peer); their
     nannies start fresh ones at once. A graceful restart would first wait seconds for that
@@ -38,6 +45,7 @@ def restart_survivors(session: ClusterSession) -> int:
             session.client.run(_exit_now, workers=survivors, wait=False)
         deadline = time.monotonic() + RESTART_TIMEOUT_S
         while set(survivors) & set(ordered_workers(session.client)):
+            _check(stop)
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)
@@ -57,13 +65,18 @@ async def _exit_now() -> None:
 
 
 def wait_for_workers(
-    session: ClusterSession, wanted: int, restarting: int, timeout: float
+    session: ClusterSession,
+    wanted: int,
+    restarting: int,
+    timeout: float,
+    stop: threading.Event | None = None,
 ) -> list[str]:
     """Up to ``wanted`` worker addresses in rank order: first the ``restarting`` ones this
     recovery restarted (they come back), then up to ``timeout`` seconds for the rest."""
     restarted_by = time.monotonic() + RESTART_TIMEOUT_S
     deadline = None
     while True:
+        _check(stop)
         workers = ordered_workers(session.client)
         if len(workers) >= wanted:
             return workers[:wanted]
@@ -93,12 +106,13 @@ def devices_after_failure(
     timeout: float,
     elastic_batch: int | None,
     names_for: Callable[[int], list[str]],
+    stop: threading.Event | None = None,
 ) -> None:
     """Rebind ``session`` to the workers the run goes on with, or re-raise ``failure``: fewer
     than ``wanted`` came back and the run is not elastic (``elastic_batch``: the global batch
-    an elastic run re-shards)."""
-    restarting = restart_survivors(session)
-    workers = wait_for_workers(session, wanted, restarting, timeout)
+    an elastic run re-shards); :class:`StopRequested` once ``stop`` is set."""
+    restarting = restart_survivors(session, stop)
+    workers = wait_for_workers(session, wanted, restarting, timeout, stop)
     count = len(workers)
     if count < wanted:
         count = elastic_device_count(count, elastic_batch) if elastic_batch else 0

@@ -14,7 +14,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from workbench.events import EventLog
-from workbench.parallel.dispatch import InOrder, cancel_all, submit_each, wait_all
+from workbench.parallel.dispatch import (
+    DeviceFailure,
+    InOrder,
+    StoppedInFault,
+    StopRequested,
+    cancel_all,
+    submit_each,
+    wait_all,
+)
+from workbench.parallel.stop_gate import DevicesUnreachable, stop_devices
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.gpu_metrics import gpu_metrics
 from workbench.training.job import Progress, TrainingJob, epoch_progress
@@ -22,6 +31,11 @@ from workbench.training.job import Progress, TrainingJob, epoch_progress
 # Steps per dispatched task: amortises Dask's per-task cost (docs/architecture.md, "What Dask
 # costs").
 STEPS_PER_TASK = 20
+# After a Stop: how long the devices have to answer it, and to end the step in flight beyond
+# twice its usual time; a device that does not is stalled (docs/architecture.md, "Faults and
+# stragglers").
+STOP_ANSWER_S = 2.0
+STOP_GRACE_S = 2.0
 
 
 def drive_steps(
@@ -49,9 +63,15 @@ def drive_steps(
     (docs/architecture.md, "What Dask costs"). Where ``pause_at(step)``
     (asked once, when the round ending at ``step`` is sent) is true, nothing is sent ahead:
     the devices stop at ``step`` and ``at_pause(step)`` may use them (a checkpoint's snapshot).
+
+    A Stop (``job.stop``) reaches the devices while they run (:mod:`~workbench.parallel.
+    stop_gate`): they end the step in flight, the rounds queued behind it run no step, and
+    the steps that ran are logged. Devices that cannot end that step (stalled) raise
+    :class:`~workbench.parallel.dispatch.StoppedInFault`.
     """
     step = job.first_step if first is None else first
     seconds = 60.0  # the last round's, from its sending to its results
+    step_seconds: float | None = None  # the last round's, per step
 
     def send(start: int, after: _Round | None) -> _Round:
         count = min(STEPS_PER_TASK, job.total_steps - start, chunk_limit(start) or STEPS_PER_TASK)
@@ -78,17 +98,61 @@ def drive_steps(
         try:
             # A round takes about as long as the last one: a stall is one that takes far longer.
             deadline = job.config.stall_timeout + 10 * seconds
-            results = wait_all(session, current.futures, "a step", current.first, deadline, ranks)
+            results = wait_all(
+                session, current.futures, "a step", current.first, deadline, ranks, job.stop
+            )
+        except StopRequested:
+            rounds = [round_ for round_ in (current, ahead) if round_ is not None]
+            grace = STOP_GRACE_S + 2 * (step_seconds or 0.0)
+            for round_, results in _stop_rounds(session, rounds, ranks, grace):
+                ran = _steps_run(results)
+                if ran:  # a round queued behind the stop step runs none
+                    _log_round(session, job, log, progress, strategy, round_, results)
+                    after_chunk(round_.first, round_.first + ran, results)
+                    step = round_.first + ran
+            progress(f"[{strategy}] stopped at step {step}")
+            return
         except BaseException:
             if ahead is not None:
                 cancel_all(session, ahead.futures)
             raise
         seconds = max(job.clock() - started, 0.1)
+        step_seconds = seconds / current.count
         _log_round(session, job, log, progress, strategy, current, results)
         after_chunk(current.first, current.end, results)
         if pause:
             at_pause(current.end)
         step, in_flight = current.end, ahead
+
+
+def _steps_run(results: list) -> int:
+    """How many steps a round's tasks ran (fewer than sent once the run was stopped)."""
+    return min((len(result["losses"]) for result in results), default=0)
+
+
+def _stop_rounds(
+    session: ClusterSession, rounds: list[_Round], ranks: Sequence[int] | None, grace: float
+) -> list[tuple[_Round, list]]:
+    """Stop the devices at the step in flight and wait for ``rounds`` (the one in flight and
+    the one queued behind it) to come back with what ran; :class:`StoppedInFault` naming the
+    device that did not answer or did not end its step within ``grace`` seconds."""
+    ranks = list(range(len(session.addresses))) if ranks is None else list(ranks)
+    addresses = [session.addresses[rank] for rank in ranks]
+    futures = [future for round_ in rounds for future in round_.futures]
+    try:
+        stop_devices(session.client, session.run_id, addresses, STOP_ANSWER_S)
+        # In order: a queued round starts once the round before it ended.
+        return [
+            (round_, wait_all(session, round_.futures, "a step", round_.first, grace, ranks))
+            for round_ in rounds
+        ]
+    except (DevicesUnreachable, DeviceFailure) as problem:
+        cancel_all(session, futures)
+        reason = getattr(problem, "reason", None) or f"stalled: {problem}"
+        step = getattr(problem, "step", None)
+        raise StoppedInFault(
+            f"stopped while a device was stalled: {problem}", step, reason
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -125,7 +189,7 @@ def _log_round(
     for device, (utilization, memory) in gpu_metrics(session).items():
         log.scalar("gpu_utilization", round_.first, utilization, job.clock(), device=device)
         log.scalar("gpu_memory_used", round_.first, memory, job.clock(), device=device)
-    for index in range(round_.count):
+    for index in range(_steps_run(results)):
         current = results[0]["losses"][index][0]
         # Equal shards of the batch: the mean of the reported losses is the global loss
         # (pipeline stages other than the last report none).

@@ -73,7 +73,8 @@ def _phase_event(event: PhaseEvent, pid: int) -> dict:
         "ts": event.start * 1e6,
     }
     if event.phase == "failure":  # a moment: a zero-length "X" event would not be drawn
-        return {**common, "ph": "i", "s": "t", "args": {"step": event.step}}
+        why = {"reason": event.reason} if event.reason else {}
+        return {**common, "ph": "i", "s": "t", "args": {"step": event.step, **why}}
     return {**common, "ph": "X", "dur": (event.end - event.start) * 1e6, "args": args}
 
 

@@ -26,7 +26,13 @@ recorded before they existed):
 - ``dropped_updates``: gradient pushes the parameter server discarded so far (the
   ``dropped_updates`` scalar);
 - ``recovery_seconds``: one number per restart, from the failure noticed to the first step
-  after the restore.
+  after the restore;
+- ``failure_reasons``: one short line per failure (the latest ones), e.g. ``step 12,
+  task0-cpu0: StallError: ...; restarted from step 10``: where, why, and the step the run
+  restarted from when it did. A run that failed keeps these beside its final ``error``.
+
+``step`` is the global steps completed (one past the last step with a loss; at the end, the
+``--json`` summary's ``first_step + steps``): what the run's handle and panel count too.
 
 The root is ``$DTRAIN_RUN_STORE`` if set, else the user's data directory
 (``platformdirs.user_data_dir("dtrain-workbench")/runs``), a directory only its owner may
@@ -246,6 +252,7 @@ class RunRecorder:
         self._closed = False
         self._lock = threading.Lock()
         self._last_step = -1
+        self._last_loss_step: int | None = None  # completed steps: the last step with a loss
         self._last_flush = 0.0
         self._status = run.status()
         self._batch_size = int(run.config().get("batch_size") or 1)
@@ -275,6 +282,7 @@ class RunRecorder:
         self._pending_bytes += len(line)
         self._last_step = max(self._last_step, event.step)
         if isinstance(event, ScalarEvent) and event.name == "loss":
+            self._last_loss_step = max(self._last_loss_step or 0, event.step)
             self._note_loss(event)
         urgent = self._note_fault(event)
         now = time.monotonic()
@@ -283,7 +291,7 @@ class RunRecorder:
         if urgent or now - self._last_flush > STATUS_EVERY_S:  # seen elsewhere within ~1 s
             self._write_pending()
             self._last_flush = now
-            self._status["step"] = self._last_step + 1
+            self._status["step"] = self._completed()
             write_json_atomically(self.run.path / "status.json", _status_text(self._status))
 
     def _write_pending(self) -> None:
@@ -299,6 +307,15 @@ class RunRecorder:
             os.ftruncate(self._events, self._events_size)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         self._events_size += written
+
+    def _completed(self, summary: dict | None = None) -> int:
+        """Global steps completed: the summary's once there is one, else one past the last
+        step with a loss (what the run's handle and its panel count), else past any event's."""
+        if summary is not None and isinstance(summary.get("steps"), int):
+            return int(summary.get("first_step") or 0) + summary["steps"]
+        if self._last_loss_step is not None:
+            return self._last_loss_step + 1
+        return self._last_step + 1
 
     def _store_error(self, doing: str, error: OSError) -> StoreError:
         reason = error.strerror or str(error)
@@ -364,7 +381,7 @@ class RunRecorder:
         if failure is not None:
             state, error = "failed", str(failure)
         status = self._status
-        status.update(state=state, error=error, ended=time.time(), step=self._last_step + 1)
+        status.update(state=state, error=error, ended=time.time(), step=self._completed(summary))
         if summary is not None and summary.get("samples_per_second") is not None:
             status["samples_per_second"] = summary["samples_per_second"]
         path = self.run.path / "status.json"

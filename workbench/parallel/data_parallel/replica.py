@@ -33,6 +33,7 @@ from workbench.parallel.collectives.compression import (
 )
 from workbench.parallel.collectives.nccl import NcclAllReduce
 from workbench.parallel.data_parallel.gradient_worker import GradientWorker
+from workbench.parallel.stop_gate import may_begin
 from workbench.parallel.worker_spec import WorkerSpec
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import device_service
@@ -97,7 +98,11 @@ class Replica(GradientWorker):
 
     def run(self, first: int, count: int) -> dict[str, Any]:
         events, losses, scalars, gradient_bytes = [], [], [], 0
+        last = first - 1
         for step in range(first, first + count):
+            if not may_begin(self.spec.run_id, step):
+                break  # the run was stopped (docs/architecture.md, "Faults and stragglers")
+            last = step
             self.transport.step = step
             start = self.clock()
             sent, received = self.transport.bytes_sent, self.transport.bytes_received
@@ -129,7 +134,8 @@ class Replica(GradientWorker):
                 ]
             losses.append((step, loss))
             scalars += self._scaler_reports(step, applied)
-        scalars.append(("gradient_bytes", first + count - 1, gradient_bytes, self.device))
+        if last >= first:
+            scalars.append(("gradient_bytes", last, gradient_bytes, self.device))
         return {"events": events, "losses": losses, "scalars": scalars}
 
     def _scaler_reports(self, step: int, applied: bool) -> list[tuple]:

@@ -24,6 +24,7 @@ from workbench.ir import Executable, Graph
 from workbench.ir.ops.communication import COLLECTIVES, RENDEZVOUS
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.parallel.collectives import allreduce
+from workbench.parallel.stop_gate import may_begin
 from workbench.parallel.towers import feed_parts
 from workbench.parallel.worker_spec import (
     WorkerSpec,
@@ -141,6 +142,8 @@ class ModelParallelDevice:
     def run(self, first: int, count: int) -> dict[str, Any]:
         events, losses = [], []
         for step in range(first, first + count):
+            if not may_begin(self.worker.run_id, step):
+                break  # the run was stopped (docs/architecture.md, "Faults and stragglers")
             self.transport.step = self.rendezvous.step = self.collectives.step = step
             self.current_step = step
             feeds = self._feeds(step)

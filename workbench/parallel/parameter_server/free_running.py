@@ -19,10 +19,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from workbench.events import EventLog
+from workbench.events.records import PhaseEvent
 from workbench.parallel.dispatch import DeviceFailure, submit_each, wait_all
 from workbench.parallel.parameter_server.shard_service import call_shard
 from workbench.parallel.parameter_server.worker_loop import run_free_steps
 from workbench.runtime.cluster import ClusterSession, ordered_workers
+from workbench.runtime.devices import device_tag
 from workbench.training.job import Progress, TrainingJob, epoch_progress
 
 POLL_S = 0.2  # how often the client drains shard 0: the live charts' refresh
@@ -133,7 +135,8 @@ class FreeRunningDriver:
         running.pop(rank, None)
         self.vacant.append(rank)
         noticed = job.clock()
-        self.log.phase(device, "failure", self.step, noticed, noticed)
+        reason = f"{device_tag(device)}: dropped ({detail})"
+        self.log.emit(PhaseEvent(device, "failure", self.step, noticed, noticed, reason=reason))
         self.progress(
             f"[{self.strategy}] {device} dropped ({detail}); its update in flight is "
             "discarded and the other workers go on"

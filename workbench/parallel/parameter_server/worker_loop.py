@@ -32,6 +32,7 @@ from workbench.parallel.parameter_server.messages import (
 )
 from workbench.parallel.parameter_server.partitioner import VariablePiece
 from workbench.parallel.parameter_server.table_rendezvous import TableRendezvous
+from workbench.parallel.stop_gate import may_begin
 from workbench.parallel.towers import feed_parts
 from workbench.parallel.worker_spec import WorkerSpec
 from workbench.runtime.peer_transport import route, wire_of
@@ -186,6 +187,8 @@ class ParameterServerWorker(GradientWorker):
     def run(self, first: int, count: int, batches: list | None = None) -> dict[str, Any]:
         events, losses, staleness, scalars = [], [], [], []
         for index, step in enumerate(range(first, first + count)):
+            if not may_begin(self.spec.run_id, step):
+                break  # the run was stopped (docs/architecture.md, "Faults and stragglers")
             self.current_step = step
             start = self.clock()
             versions, received, _ = self._pull(step)

@@ -39,6 +39,7 @@ from workbench.parallel.pipeline.stages import (
     build_stage_graphs,
     split_layers,
 )
+from workbench.parallel.stop_gate import may_begin
 from workbench.parallel.worker_spec import (
     WorkerSpec,
     host_snapshot,
@@ -158,6 +159,8 @@ class StageWorker:
         events, losses = [], []
         transport = self.transport
         for step in range(first, first + count):
+            if not may_begin(self.spec.worker.run_id, step):
+                break  # the run was stopped (docs/architecture.md, "Faults and stragglers")
             transport.step = self.current_step = step
             stashed, totals, step_loss = {}, {}, 0.0
             for action in self.actions:
@@ -213,9 +216,9 @@ class StageWorker:
             self._phase(events, "update", step, start)
             losses.append((step, step_loss if self.last else None))
         report: dict[str, Any] = {"events": events, "losses": losses}
-        if self.compression.compresses:  # what the stage all-reduces would have sent
-            dense = count * self._dense_allreduce_bytes()
-            report["scalars"] = [("gradient_bytes", first + count - 1, dense, self.device)]
+        if self.compression.compresses and losses:  # what the stage all-reduces would have sent
+            dense = len(losses) * self._dense_allreduce_bytes()
+            report["scalars"] = [("gradient_bytes", losses[-1][0], dense, self.device)]
         return report
 
     def _dense_allreduce_bytes(self) -> int:
