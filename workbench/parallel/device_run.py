@@ -160,6 +160,7 @@ def run_on_devices(
         attempt = Attempt(strategy, job, log, progress, session, make_plan, deadline)
         names = list(session.device_names)
         state = None  # (variables, slots) where the devices cannot hand theirs over
+        stopped_in_fault = False
         while True:
             try:
                 snapshots = attempt.run(grow_to=devices if elastic else None)
@@ -169,13 +170,13 @@ def run_on_devices(
             except StoppedInFault as stopped:
                 if stopped.reason is not None:
                     attempt.record_failure(stopped, "stopping")
-                state = attempt.stopped_in_fault()
+                state, stopped_in_fault = attempt.stopped_in_fault(), True
                 break
             except DeviceFailure as failure:
                 gives_up = job.faults.restarts >= config.max_restarts or not failure.recoverable
                 if job.stop.is_set():  # asked to stop: no new attempt
                     attempt.record_failure(failure, "stopping")
-                    state = attempt.stopped_in_fault()
+                    state, stopped_in_fault = attempt.stopped_in_fault(), True
                     break
                 if gives_up:
                     attempt.record_failure(failure, "ending")
@@ -193,10 +194,10 @@ def run_on_devices(
                         job.stop,
                     )
                 except StopRequested:
-                    state = attempt.stopped_in_fault()
+                    state, stopped_in_fault = attempt.stopped_in_fault(), True
                     break
                 if job.stop.is_set():
-                    state = attempt.stopped_in_fault()
+                    state, stopped_in_fault = attempt.stopped_in_fault(), True
                     break
                 attempt.restore(noticed, failure)
         job.faults.devices = len(session.addresses)
@@ -210,6 +211,8 @@ def run_on_devices(
             state = attempt.plan.merge(snapshots)
         if state[0] is not None:  # None: the run's fresh initialisation, as the host's
             host.load_state(*state)
+        if stopped_in_fault:  # its variables are its restart point's, not its last step's
+            host.variables_step = attempt.checkpoints.step
         # While the dashboard's pages still follow the run: the test point reaches them too.
         evaluate_on_test(job, host, log)
     return host

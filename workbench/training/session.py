@@ -56,6 +56,9 @@ class TrainingSession:
     ) -> None:
         self.model, self.optimizer, self.batch_size = model, optimizer, batch_size
         self.dtype, self.seed, self.xp = dtype, seed, xp
+        # The global step its variables are of when that is not the run's last completed step
+        # (a run stopped while a device was stalled keeps its restart point's variables).
+        self.variables_step: int | None = None
         self.training = build_training_graph(model, optimizer, batch_size, dtype)
         self._train = Executable(self.training.graph)
         self._evaluators: dict[int, Executable] = {}
