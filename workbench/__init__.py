@@ -5,6 +5,9 @@ The public API in one place. The packages form layers that import only downwards
 ``tf.distribute``-style classes (``workbench.MirroredStrategy``, ...) exist for every registered
 strategy, including ones registered after import.
 
+Each name is imported when first used, so that ``dtrain --help``, a flag typo and
+``%load_ext workbench`` answer without importing Dask, Bokeh or the training engine.
+
 Examples
 --------
 >>> import workbench
@@ -14,104 +17,127 @@ Examples
 3
 """
 
-from workbench.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
-from workbench.config import ConfigError, RunConfig
-from workbench.data import Dataset, DatasetError, GlobalBatchSampler, load_dataset
-from workbench.distribute import (
-    ClusterCoordinator,
-    DistributedDataset,
-    PerReplica,
-    ReduceOp,
-    RemoteValue,
-    StepFunctionError,
-    Strategy,
-    get_replica_context,
-    strategy_classes,
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from workbench.models.strategy_scope import (
+    compile_model,
+    fit_model,
+    model_weights,
+    register_compile,
+    register_fit,
+    register_weights,
 )
-from workbench.events import EventLog
-from workbench.ir import Graph, GraphBuilder, gradients, ops
-from workbench.launch.runner import RunResult, run_training
-from workbench.models import (
-    Activation,
-    AvgPool2D,
-    Conv2D,
-    Dense,
-    Dropout,
-    Embedding,
-    Flatten,
-    LayerNorm,
-    MaxPool2D,
-    Sequential,
-    build_model,
-    device,
-)
-from workbench.optim import LearningRateSchedule, make_optimizer
-from workbench.strategies import validate_config
 
 __version__ = "0.1.0"
 
+# Where each public name lives; imported on first use (PEP 562).
+_API: dict[str, str] = {
+    **dict.fromkeys(
+        ("Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint"),
+        "workbench.checkpoint",
+    ),
+    **dict.fromkeys(("ConfigError", "RunConfig"), "workbench.config"),
+    **dict.fromkeys(
+        ("Dataset", "DatasetError", "GlobalBatchSampler", "load_dataset"), "workbench.data"
+    ),
+    **dict.fromkeys(
+        (
+            "ClusterCoordinator",
+            "DistributedDataset",
+            "PerReplica",
+            "ReduceOp",
+            "RemoteValue",
+            "StepFunctionError",
+            "Strategy",
+            "get_replica_context",
+        ),
+        "workbench.distribute",
+    ),
+    "EventLog": "workbench.events",
+    **dict.fromkeys(("Graph", "GraphBuilder", "gradients", "ops"), "workbench.ir"),
+    **dict.fromkeys(("RunResult", "run_training"), "workbench.launch.runner"),
+    **dict.fromkeys(
+        (
+            "Activation",
+            "AvgPool2D",
+            "Conv2D",
+            "Dense",
+            "Dropout",
+            "Embedding",
+            "Flatten",
+            "LayerNorm",
+            "MaxPool2D",
+            "Sequential",
+            "build_model",
+            "device",
+        ),
+        "workbench.models",
+    ),
+    **dict.fromkeys(("LearningRateSchedule", "make_optimizer"), "workbench.optim"),
+    "validate_config": "workbench.strategies",
+}
 
-def load_ipython_extension(shell) -> None:
+
+def _load_distribute() -> None:
+    """Import ``workbench.distribute``, which registers the real training hooks (replacing the
+    ones below) and makes the strategy classes."""
+    importlib.import_module("workbench.distribute")
+
+
+# ``Sequential.fit``, ``compile`` and ``get_weights`` reach ``workbench.distribute`` through
+# these hooks (docs/architecture.md, "Layers"). Until it is imported, each hook imports it (it
+# registers its own on import) and calls the model layer again, which then reaches the real one.
+def _fit(strategy: Any, model: Any, background: bool, **options: Any) -> Any:
+    _load_distribute()
+    return fit_model(strategy, model, background, **options)
+
+
+def _compile(strategy: Any, model: Any, options: dict[str, Any]) -> Any:
+    _load_distribute()
+    return compile_model(strategy, model, options)
+
+
+def _weights(strategy: Any, model: Any) -> Any:
+    _load_distribute()
+    return model_weights(strategy, model)
+
+
+register_fit(_fit)
+register_compile(_compile)
+register_weights(_weights)
+
+
+def load_ipython_extension(shell: Any) -> None:
     """``%load_ext workbench``: register the ``%dtrain`` magics."""
     from workbench.notebook.magics import load_ipython_extension as load
 
     load(shell)
 
 
-__all__ = [
-    "Activation",
-    "AvgPool2D",
-    "Checkpoint",
-    "CheckpointError",
-    "ClusterCoordinator",
-    "ConfigError",
-    "Conv2D",
-    "Dataset",
-    "DatasetError",
-    "Dense",
-    "DistributedDataset",
-    "Dropout",
-    "Embedding",
-    "EventLog",
-    "Flatten",
-    "GlobalBatchSampler",
-    "Graph",
-    "GraphBuilder",
-    "LayerNorm",
-    "LearningRateSchedule",
-    "MaxPool2D",
-    "PerReplica",
-    "ReduceOp",
-    "RemoteValue",
-    "RunConfig",
-    "RunResult",
-    "Sequential",
-    "StepFunctionError",
-    "Strategy",
-    "build_model",
-    "device",
-    "get_replica_context",
-    "gradients",
-    "load_checkpoint",
-    "load_dataset",
-    "make_optimizer",
-    "ops",
-    "run_training",
-    "save_checkpoint",
-    "validate_config",
-    *strategy_classes(),  # MirroredStrategy, ParameterServerStrategy, ...
-]
+def _strategy_classes() -> dict[str, type]:
+    from workbench.distribute import strategy_classes
+
+    return strategy_classes()  # MirroredStrategy, ParameterServerStrategy, ...
 
 
-def __getattr__(name: str):
-    classes = strategy_classes()
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        value = getattr(importlib.import_module(_API[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    if name == "__all__":
+        return sorted({*_API, *_strategy_classes()})
+    classes = _strategy_classes()
     if name in classes:
         return classes[name]
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *strategy_classes()})
+    return sorted({*globals(), *_API, *_strategy_classes()})
 
 
 def _jupyter_labextension_paths() -> list[dict]:

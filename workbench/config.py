@@ -15,6 +15,7 @@ cluster starts. Each :class:`ConfigError` names the flag and the allowed values.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import stat
@@ -48,6 +49,25 @@ class ConfigError(ValueError):
 def _finite_number(value: Any) -> bool:
     """An int or float that is neither NaN nor infinite (``float("1e400")`` is infinite)."""
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def unknown_value(noun: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """The refusal of a value not among ``allowed``: the allowed values, and the closest one
+    when the value looks like a typo of it.
+
+    Examples
+    --------
+    >>> unknown_value("strategy", "mirored", ("one-device", "mirrored"))
+    "unknown strategy 'mirored'; choose one of: one-device, mirrored; did you mean 'mirrored'?"
+    """
+    text = f"unknown {noun} {value!r}; choose one of: {', '.join(allowed)}"
+    return text + did_you_mean(value, allowed)
+
+
+def did_you_mean(value: Any, allowed: tuple[str, ...]) -> str:
+    """``"; did you mean 'X'?"`` for the allowed value closest to ``value``, or ``""``."""
+    close = difflib.get_close_matches(value, allowed, n=1) if isinstance(value, str) else []
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def flag_of(name: str) -> str:
@@ -101,10 +121,7 @@ class Option:
         if self.choices is not None:
             if value not in self.choices:
                 noun = self.noun or self.name.replace("_", " ")
-                raise ConfigError(
-                    self.flag,
-                    f"unknown {noun} {value!r}; choose one of: {', '.join(self.choices)}",
-                )
+                raise ConfigError(self.flag, unknown_value(noun, value, self.choices))
             return
         if self.type is float and value is not None and not _finite_number(value):
             raise ConfigError(self.flag, f"must be a finite number, got {value!r}")
@@ -328,7 +345,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
     _run_option(
         "epochs",
         int,
-        f"passes over the training set (default {DEFAULT_EPOCHS})",
+        f"passes over the training set (default: {DEFAULT_EPOCHS})",
         minimum=1,
         optional=True,
     ),
@@ -456,7 +473,12 @@ def check_run_options(config: RunConfig) -> None:
     try:
         kind, argument = parse_dataset_spec(config.dataset)
     except DatasetError as error:
-        raise ConfigError("--dataset", f"{error} (forms: {', '.join(DATASET_FORMS)})") from None
+        kind = str(config.dataset).strip().partition(":")[0]
+        kinds = tuple(dict.fromkeys(form.partition(":")[0] for form in DATASET_FORMS))
+        if kind in kinds:  # a known kind with a bad argument
+            raise ConfigError("--dataset", f"{error} (forms: {', '.join(DATASET_FORMS)})") from None
+        # An unknown kind: the error lists the forms already.
+        raise ConfigError("--dataset", f"{error}{did_you_mean(kind, kinds)}") from None
     if kind in ("mnist", "fashion-mnist", "cifar10") and not Path(argument).expanduser().is_dir():
         raise ConfigError("--dataset", f"{kind} directory {argument} does not exist")
     # Existence only: what is there (a FIFO, a directory) the loader refuses by name.

@@ -5,32 +5,19 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from workbench.bench.command import bench_command
-from workbench.cli.doctor_command import doctor_command
-from workbench.cli.export_command import export_command
-from workbench.cli.gc_command import gc_command
-from workbench.data import load_dataset
-from workbench.events import EventLog
-from workbench.launch.errors import USER_ERRORS
-from workbench.launch.flags import (
-    PlanRequest,
-    parse_calibrate_flags,
-    parse_plan_flags,
-    parse_run_flags,
-)
-from workbench.launch.graph_plans import graph_plan
-from workbench.launch.machine_limits import build_checked_model
-from workbench.launch.run_link import RunLink, new_run_id
-from workbench.launch.runner import PreparedRun, RunResult, prepare_run, stderr_progress
-from workbench.launch.what_if import calibrate_cluster, calibration_summary, model_for, plan_what_if
-from workbench.parallel.dispatch import DeviceFailure
-from workbench.planner.what_if import format_table
-from workbench.runtime.cluster import ClusterError
-from workbench.safe_io import strict_dumps
-from workbench.store import RunStore
+if TYPE_CHECKING:
+    from workbench.config import RunConfig
+    from workbench.launch.flags import PlanRequest
+    from workbench.launch.runner import PreparedRun, RunResult
 
-USAGE = """usage: dtrain <command> [flags]
+COMMANDS = ("run", "plan", "calibrate", "bench", "export", "doctor", "gc")
+
+# Each command imports what it runs (the engine, Dask, the run store) after its flags parse, so
+# --help, --version and a mistyped flag or value answer without them.
+
+USAGE = """usage: dtrain <command> [flags]      dtrain --version
 
 commands:
   run     train a model with a parallel strategy (dtrain run --help)
@@ -47,8 +34,21 @@ commands:
 
 
 def run_command(argv: Sequence[str]) -> int:
+    from workbench.launch.errors import USER_ERRORS
+    from workbench.launch.flags import parse_run_flags
+
     try:
         config = parse_run_flags(argv)
+    except USER_ERRORS as error:
+        print(f"dtrain run: error: {error}", file=sys.stderr)
+        return 2
+
+    from workbench.launch.runner import prepare_run
+    from workbench.parallel.dispatch import DeviceFailure
+    from workbench.runtime.cluster import ClusterError
+    from workbench.safe_io import strict_dumps
+
+    try:
         prepared = prepare_run(config)  # every input error before anything starts or is stored
         result = _train_recorded(prepared)
     except (*USER_ERRORS, ClusterError) as error:
@@ -69,6 +69,11 @@ def run_command(argv: Sequence[str]) -> int:
 def _train_recorded(prepared: PreparedRun) -> RunResult:
     """Train a prepared run, recorded in the run store as it goes (so the JupyterLab sidebar
     lists it, shows its charts and can stop it)."""
+    from workbench.events import EventLog
+    from workbench.launch.run_link import RunLink, new_run_id
+    from workbench.launch.runner import stderr_progress
+    from workbench.store import RunStore
+
     store = RunStore()
     run_id = new_run_id(prepared.config.strategy)
     link = RunLink(store, run_id, prepared.job, EventLog()).start()
@@ -79,10 +84,22 @@ def _train_recorded(prepared: PreparedRun) -> RunResult:
 def plan_command(argv: Sequence[str]) -> int:
     """Print the placement, the partitions and the Send/Recv pairs, without starting anything;
     with ``--what-if``, the ranked predictions of every strategy."""
+    from workbench.launch.errors import USER_ERRORS
+    from workbench.launch.flags import parse_plan_flags
+
     try:
         config, request = parse_plan_flags(argv)
-        if request.what_if:
-            return _what_if(config, request)
+    except USER_ERRORS as error:
+        print(f"dtrain plan: error: {error}", file=sys.stderr)
+        return 2
+    if request.what_if:
+        return _what_if(config, request)
+
+    from workbench.data import load_dataset
+    from workbench.launch.graph_plans import graph_plan
+    from workbench.launch.machine_limits import build_checked_model
+
+    try:
         dataset = load_dataset(config.dataset, seed=config.seed)
         model = build_checked_model(config, dataset.input_shape, dataset.num_classes, 1)
         plan = graph_plan(config, model)
@@ -94,7 +111,14 @@ def plan_command(argv: Sequence[str]) -> int:
     return 0
 
 
-def _what_if(config, request: PlanRequest) -> int:
+def _what_if(config: RunConfig, request: PlanRequest) -> int:
+    from workbench.launch.errors import USER_ERRORS
+    from workbench.launch.runner import stderr_progress
+    from workbench.launch.what_if import plan_what_if
+    from workbench.planner.what_if import format_table
+    from workbench.runtime.cluster import ClusterError
+    from workbench.safe_io import strict_dumps
+
     try:
         plan = plan_what_if(config, request.what_if_cluster, stderr_progress)
     except (*USER_ERRORS, ClusterError) as error:
@@ -112,8 +136,21 @@ def _what_if(config, request: PlanRequest) -> int:
 def calibrate_command(argv: Sequence[str]) -> int:
     """Time the cluster ``dtrain run`` would use for this model (nodes at every batch size
     the what-if table needs, links, dispatch), afresh, and cache it in the run store."""
+    from workbench.launch.errors import USER_ERRORS
+    from workbench.launch.flags import parse_calibrate_flags
+
     try:
         config = parse_calibrate_flags(argv)
+    except USER_ERRORS as error:
+        print(f"dtrain calibrate: error: {error}", file=sys.stderr)
+        return 2
+
+    from workbench.launch.runner import stderr_progress
+    from workbench.launch.what_if import calibrate_cluster, calibration_summary, model_for
+    from workbench.runtime.cluster import ClusterError
+    from workbench.safe_io import strict_dumps
+
+    try:
         calibrated = calibrate_cluster(config, model_for(config), stderr_progress, fresh=True)
     except (*USER_ERRORS, ClusterError) as error:
         print(f"dtrain calibrate: error: {error}", file=sys.stderr)
@@ -127,11 +164,25 @@ def calibrate_command(argv: Sequence[str]) -> int:
     return 0
 
 
+def version() -> str:
+    """The installed package's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("dtrain-workbench")
+    except PackageNotFoundError:
+        return "unknown (the dtrain-workbench package is not installed)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, end="")
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"dtrain {version()}")
+        return 0
     command, rest = argv[0], argv[1:]
     if command == "run":
         return run_command(rest)
@@ -140,18 +191,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "calibrate":
         return calibrate_command(rest)
     if command == "bench":
+        from workbench.bench.command import bench_command
+
         return bench_command(rest)
     if command == "export":
+        from workbench.cli.export_command import export_command
+
         return export_command(rest)
     if command == "doctor":
+        from workbench.cli.doctor_command import doctor_command
+
         return doctor_command(rest)
     if command == "gc":
+        from workbench.cli.gc_command import gc_command
+
         return gc_command(rest)
-    print(
-        f"dtrain: error: unknown command {command!r}; choose one of: run, plan, calibrate, bench, "
-        "export, doctor, gc",
-        file=sys.stderr,
-    )
+    from workbench.config import unknown_value
+
+    print(f"dtrain: error: {unknown_value('command', command, COMMANDS)}", file=sys.stderr)
     return 2
 
 

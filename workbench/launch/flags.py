@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,6 +38,14 @@ class _Parser(argparse.ArgumentParser):
         raise FlagError("flags", message)
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps help at spaces only: strategy names and values (``multi-worker-mirrored``,
+    ``--bucket-mb``) stay whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 def _converter(option: Option):
     """The text -> value function argparse calls (its errors name the flag)."""
     if option.parse is None:
@@ -52,17 +61,99 @@ def _converter(option: Option):
     return parse
 
 
-def _add(group, option: Option, default, extra_help: str = "") -> None:
-    shown = "" if option.default is None else f" [default: {option.default}]"
-    if isinstance(option.default, tuple):
-        shown = f" [default: {','.join(map(str, option.default))}]" if option.default else ""
+# ``dtrain run --help``: what most runs set first, then the advanced groups; a run option not
+# named here is listed under "more run options".
+BASIC = (
+    "devices",
+    "dataset",
+    "model",
+    "hidden",
+    "epochs",
+    "steps",
+    "batch_size",
+    "lr",
+    "optimizer",
+)
+ADVANCED_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("training", ("seed", "dtype", "warmup_steps", "lr_scaling", "lr_decay")),
+    (
+        "cluster and devices",
+        (
+            "device_type",
+            "share_gpu",
+            "protocol",
+            "cluster",
+            "scheduler_file",
+            "wait_for_workers",
+            "ship_data",
+            "tls_ca_file",
+            "tls_cert",
+            "tls_key",
+            "no_calibrate",
+        ),
+    ),
+    ("checkpoints and outputs", ("save", "resume", "checkpoint_every", "tensorboard")),
+    (
+        "faults and fault drills",
+        (
+            "stall_timeout",
+            "max_restarts",
+            "replacement_timeout",
+            "simulate_straggler",
+            "simulate_overflow",
+        ),
+    ),
+)
+# The usage line names the basic flags; the rest are "[flag ...]" (see the groups).
+USAGE_LINES = (
+    "[--strategy NAME] [--devices N] [--dataset SPEC] [--model NAME]",
+    "[--epochs N | --steps N] [--batch-size N] [--lr X] [--json] [flag ...]",
+)
+# What a flag's value is called in the help, where its type does not say (choices: NAME).
+_METAVARS = {
+    "dataset": "SPEC",
+    "hidden": "WIDTHS",
+    "cluster": "ADDRESS",
+    "scheduler_file": "FILE",
+    "tls_ca_file": "FILE",
+    "tls_cert": "FILE",
+    "tls_key": "FILE",
+    "save": "DIR",
+    "resume": "DIR",
+    "tensorboard": "DIR",
+    "simulate_straggler": "DEVICE=FACTOR",
+    "simulate_overflow": "STEP",
+    "compression": "FORM",
+}
+
+
+def _metavar(option: Option) -> str:
+    if option.name in _METAVARS:
+        return _METAVARS[option.name]
+    if option.choices:
+        return "NAME"
+    return {int: "N", float: "X"}.get(option.type, option.name.upper())
+
+
+def _help(option: Option, takers: tuple[str, ...]) -> str:
+    """The help line: what it is, then in one parenthesis its values, the strategies that
+    take it and its default, the one way the help shows a default (``default: X``)."""
+    notes = [" | ".join(option.choices)] if option.choices else []
+    if takers:
+        notes.append(f"for {', '.join(takers)}")
+    default = option.default
+    if isinstance(default, tuple):
+        default = ",".join(map(str, default)) or None
+    if not (option.type is bool or option.repeatable or default is None):
+        notes.append(f"default: {default}")
+    return f"{option.help} ({'; '.join(notes)})" if notes else option.help
+
+
+def _add(group, option: Option, default, takers: tuple[str, ...] = ()) -> None:
+    text = _help(option, takers)
     if option.type is bool:  # a switch: present or not
         group.add_argument(
-            option.flag,
-            dest=option.name,
-            action="store_true",
-            default=default,
-            help=f"{option.describe()}{extra_help}",
+            option.flag, dest=option.name, action="store_true", default=default, help=text
         )
         return
     if option.repeatable:  # collected into a list here, a tuple in the RunConfig
@@ -72,7 +163,8 @@ def _add(group, option: Option, default, extra_help: str = "") -> None:
             action="append",
             type=_converter(option),
             default=argparse.SUPPRESS,
-            help=f"{option.describe()}{extra_help}",
+            metavar=_metavar(option),
+            help=text,
         )
         return
     group.add_argument(
@@ -80,28 +172,53 @@ def _add(group, option: Option, default, extra_help: str = "") -> None:
         dest=option.name,
         type=_converter(option),
         default=default,
-        help=f"{option.describe()}{shown}{extra_help}",
+        metavar=_metavar(option),
+        help=text,
     )
 
 
 def build_parser(prog: str = "dtrain run") -> argparse.ArgumentParser:
+    """The run's flags: a basic group first (strategy, devices, data, model, length, batch,
+    learning rate, --json), then the strategies' options and the advanced run options."""
     parser = _Parser(
         prog=prog,
-        add_help=True,
+        formatter_class=_HelpFormatter,
+        usage=f"%(prog)s {USAGE_LINES[0]}\n{' ' * (len('usage: ') + len(prog) + 1)}"
+        f"{USAGE_LINES[1]}",
+        add_help=False,
         allow_abbrev=False,
-        description="Train a model with a parallel strategy.",
+        description="Train a model with a parallel strategy. The basic flags come first; the "
+        "groups after them are for particular strategies and advanced uses.",
     )
-    run = parser.add_argument_group("run options")
+    options = {option.name: option for option in RUN_OPTIONS}
+    basic = parser.add_argument_group("basic")
+    basic.add_argument("-h", "--help", action="help", help="show this help and exit")
     strategies = " | ".join(STRATEGIES.names())
-    run.add_argument("--strategy", default="one-device", help=f"{strategies} [default: one-device]")
-    for option in RUN_OPTIONS:
-        _add(run, option, option.default)
-    run.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
+    basic.add_argument(
+        "--strategy",
+        default="one-device",
+        metavar="NAME",
+        help=f"parallel strategy ({strategies}; default: one-device)",
+    )
+    for name in BASIC:
+        option = options.pop(name)
+        _add(basic, option, option.default)
+    basic.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
     group = parser.add_argument_group("strategy options (each for the strategies named)")
     for option in STRATEGIES.options().values():
         # Absent unless typed: a strategy gets its own defaults, and an option typed for a
         # strategy that does not take it is refused by name.
-        _add(group, option, argparse.SUPPRESS, f"; {', '.join(STRATEGIES.takers(option.name))}")
+        _add(group, option, argparse.SUPPRESS, STRATEGIES.takers(option.name))
+    for title, names in ADVANCED_GROUPS:
+        advanced = parser.add_argument_group(title)
+        for name in names:
+            if name in options:
+                option = options.pop(name)
+                _add(advanced, option, option.default)
+    if options:  # a run option no group names yet
+        more = parser.add_argument_group("more run options")
+        for option in options.values():
+            _add(more, option, option.default)
     return parser
 
 

@@ -8,24 +8,22 @@ in the background and the magic returns its handle at once.
 
 from __future__ import annotations
 
+import importlib
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from workbench.distribute import start
-from workbench.launch.background_run import BackgroundRun, RunTable
 from workbench.launch.errors import USER_ERRORS
 from workbench.launch.flags import build_parser, parse_plan_flags, parse_run_flags
-from workbench.launch.what_if import plan_what_if
-from workbench.models import Sequential
-from workbench.notebook.compare import Comparison, comparison_flag_sets
 from workbench.notebook.display import ensure_bokehjs, show
-from workbench.notebook.graph_view import plan_view
-from workbench.notebook.panel import TrainingForm, form_start
-from workbench.notebook.what_if_view import WhatIfTable
-from workbench.runtime.cluster import ClusterError
+
+if TYPE_CHECKING:
+    from workbench.launch.background_run import BackgroundRun, RunTable
+
+# The training engine, Dask, Bokeh and the widgets are imported by the magic that needs them,
+# so that %load_ext answers at once; the parser, the checks and the usage text are all it needs.
 
 SUBCOMMANDS = ("list", "stop", "status", "panel", "compare", "plan")
 NOTEBOOK_FLAGS = """
@@ -83,7 +81,20 @@ def split_notebook_flags(words: list[str]) -> tuple[list[str], str | None, bool]
 class WorkbenchMagics(Magics):
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
-        self.runs = RunTable()
+        self._runs: RunTable | None = None
+
+    @property
+    def runs(self) -> RunTable:
+        """This kernel's runs (made when first asked for)."""
+        if self._runs is None:
+            from workbench.launch.background_run import RunTable
+
+            self._runs = RunTable()
+        return self._runs
+
+    @runs.setter
+    def runs(self, table: RunTable) -> None:
+        self._runs = table
 
     @line_cell_magic
     def dtrain(self, line: str, cell: str | None = None) -> Any:
@@ -106,7 +117,10 @@ class WorkbenchMagics(Magics):
 
     def start(self, flags: list[str], name: str | None, cell: str | None) -> BackgroundRun:
         """Parse, validate, build the cell's model, then start the run in the background."""
+        from workbench.distribute import start
+
         model = self._cell_model(cell) if cell is not None else None
+        register_run_panel()  # start(panel=True) builds the run's panel
         try:
             config = parse_run_flags(flags, prog="%dtrain")
             run = start(config, model, panel=True)  # the cell displays it
@@ -123,6 +137,8 @@ class WorkbenchMagics(Magics):
                 "%dtrain compare: --strategy: name the strategies first, comma-separated, "
                 "e.g. %dtrain compare mirrored,parameter-server --devices 2"
             )
+        from workbench.notebook.compare import Comparison, comparison_flag_sets
+
         strategies = [name for name in arguments[0].split(",") if name]
         flags, variable, wait = split_notebook_flags(arguments[1:])
         if "--strategy" in flags:
@@ -140,6 +156,8 @@ class WorkbenchMagics(Magics):
         return comparison.wait() if wait else comparison
 
     def _cell_model(self, cell: str):
+        from workbench.models import Sequential
+
         if not cell.strip():
             raise UsageError("%%dtrain: the cell is empty; build a model and bind it to `model`")
         namespace = self.shell.user_ns
@@ -159,6 +177,11 @@ class WorkbenchMagics(Magics):
         return model
 
     def _plan(self, arguments: list[str]) -> Any:
+        from workbench.launch.what_if import plan_what_if
+        from workbench.notebook.graph_view import plan_view
+        from workbench.notebook.what_if_view import WhatIfTable
+        from workbench.runtime.cluster import ClusterError
+
         try:
             config, request = parse_plan_flags(arguments)
             if request.what_if:
@@ -173,6 +196,8 @@ class WorkbenchMagics(Magics):
         if name == "plan":
             return self._plan(arguments)
         if name == "panel":
+            from workbench.notebook.panel import TrainingForm, form_start
+
             if arguments:
                 raise UsageError(f"%dtrain panel: takes no arguments, got {' '.join(arguments)}")
             show(TrainingForm(form_start(self)).widget)  # the runs it starts show charts
@@ -205,9 +230,27 @@ def _usage() -> str:
     return build_parser("%dtrain").format_help() + NOTEBOOK_FLAGS
 
 
+def register_run_panel() -> None:
+    """Make the live panel a background run's view (importing the panel registers it)."""
+    importlib.import_module("workbench.notebook.panel")
+
+
+def _show_run(run: BackgroundRun) -> None:
+    """How IPython shows a background run once the extension is loaded: its live panel."""
+    register_run_panel()
+    run.panel()._ipython_display_()
+
+
 def load_ipython_extension(shell: Any) -> None:
     magics = WorkbenchMagics(shell)
+    # A run that fit(background=True) returns shows its live panel, whose module (widgets,
+    # Bokeh's models) is imported only then.
+    shell.display_formatter.ipython_display_formatter.for_type_by_name(
+        "workbench.launch.background_run", "BackgroundRun", _show_run
+    )
     if getattr(shell, "kernel", None) is not None:  # a notebook: charts need BokehJS there
+        # Here, not with the first chart: a chart shown in the cell that first puts BokehJS on
+        # the page may render before BokehJS has run, and stay blank.
         ensure_bokehjs()
     # What %dtrain? shows: built on load, since the parser's help needs the registries.
     magics.dtrain.__func__.__doc__ = _usage()

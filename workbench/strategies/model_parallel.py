@@ -10,16 +10,12 @@ run on each device by :mod:`workbench.parallel.model_parallel.device`.
 
 from __future__ import annotations
 
-from workbench.config import ConfigError, Option, RunConfig
+from workbench.config import ConfigError, RunConfig
 from workbench.costs import CalibratedCostModel, CostModel, StaticCostModel
 from workbench.models import Sequential
 from workbench.parallel.device_run import DevicePlan
 from workbench.parallel.model_parallel.device import DeviceSpec, setup_device
-from workbench.parallel.model_parallel.graph import (
-    PLACEMENTS,
-    ModelParallelPlan,
-    build_model_parallel_graph,
-)
+from workbench.parallel.model_parallel.graph import ModelParallelPlan, build_model_parallel_graph
 from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
 from workbench.passes import PlacementError
@@ -27,18 +23,9 @@ from workbench.passes.place import resolve_device
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import ClusterStrategy
 from workbench.strategies.definition import layers_fill
+from workbench.strategies.options import PLACEMENT
 from workbench.training.calibration import cached_local_calibration
 from workbench.training.job import Progress, TrainingJob
-
-PLACEMENT = Option(
-    "placement",
-    str,
-    "greedy",
-    "who places the graph: greedy (the cost model, with the costs the run measured), "
-    "balanced-params (contiguous layer groups balanced by parameter count), manual (the "
-    "model's device constraints)",
-    choices=PLACEMENTS,
-)
 
 
 class ModelParallel(ClusterStrategy):

@@ -47,7 +47,7 @@ STALENESS = Option(
     "staleness",
     int,
     None,
-    "bound on update staleness (async mode; default unbounded)",
+    "bound on update staleness in async mode (default: unbounded)",
     minimum=0,
     optional=True,
     applies_with="--mode async",
@@ -91,4 +91,15 @@ BACKUP_WORKERS = Option(
     minimum=0,
     applies_with="--mode sync",
     label="backup workers",
+)
+# The placements of ``workbench.parallel.model_parallel.graph.PLACEMENTS``, named here because
+# that package imports the device side, which the flag parser must not wait for.
+PLACEMENT = Option(
+    "placement",
+    str,
+    "greedy",
+    "who places the graph: greedy (the cost model, with the costs the run measured), "
+    "balanced-params (contiguous layer groups balanced by parameter count), manual (the "
+    "model's device constraints)",
+    choices=("greedy", "balanced-params", "manual"),
 )

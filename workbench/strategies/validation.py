@@ -39,9 +39,10 @@ def validate_config(config: RunConfig) -> RunConfig:
     ...     print(error)
     --allreduce: applies to mirrored; strategy pipeline does not take it
     """
-    definition = STRATEGIES[config.strategy]
+    # The options before the definition: a mistyped value is refused without importing it.
+    rows = STRATEGIES.declared_options(config.strategy)
     check_run_options(config)
-    known, declared = STRATEGIES.options(), {o.name: o for o in definition.options}
+    known, declared = STRATEGIES.options(), {o.name: o for o in rows}
     for name in config.options:
         if name in declared:
             continue
@@ -56,13 +57,14 @@ def validate_config(config: RunConfig) -> RunConfig:
         raise ConfigError(
             flag_of(name),
             f"is not an option of any strategy (strategy {config.strategy} takes: "
-            f"{', '.join(o.flag for o in definition.options) or 'none'})",
+            f"{', '.join(o.flag for o in rows) or 'none'})",
         )
     options = {name: config.options.get(name, o.default) for name, o in declared.items()}
     for name, value in options.items():
         declared[name].check(value)
     config = _checked_compression(config.replace(options=options))
     # After the single-option checks: device rules divide by stages and micro-batches.
+    definition = STRATEGIES[config.strategy]
     definition.check_config(config)
     config = config.replace(simulate_straggler=_stragglers_of(definition, config))
     check_checkpoint_paths(config)
