@@ -33,6 +33,8 @@ class StandInRun(SimpleNamespace):
             lines=["step 3/10"],
             job=SimpleNamespace(dashboard_link=None),
             done=True,  # until the panel's updater has refreshed once and stopped
+            trained_at=None,  # still training
+            eta_seconds=lambda: None,
         )
 
     def emit(self, events) -> None:

@@ -1,6 +1,7 @@
 """The live panel and the form, on real runs: chart sources hold the streamed points, the
-panel's Stop button ends a run, refreshes stay at or under 10 a second, and the form rejects
-what the magic rejects with the same message."""
+panel says finished as soon as a cluster run's devices are done, its Stop button ends a run,
+chart refreshes stay at or under 10 a second, and the form rejects what the magic rejects with
+the same message."""
 
 from __future__ import annotations
 
@@ -36,8 +37,20 @@ def test_after_a_run_the_chart_sources_hold_every_streamed_point(shell):
 def test_a_mirrored_run_shows_both_devices_and_their_traffic(shell):
     run = shell.run_line_magic("dtrain", "--strategy mirrored --devices 2 --steps 6 --hidden 16")
     panel = run.panel()
-    run.wait(180)
+    last_step = said_finished = None  # when the panel showed each
+    deadline = time.monotonic() + 180
+    while not run.done and time.monotonic() < deadline:
+        now = time.monotonic()
+        if last_step is None and panel.progress.value == 6:
+            last_step = now
+        if said_finished is None and panel.status.value.startswith("<b>finished</b>"):
+            said_finished = now
+        time.sleep(0.02)
+    run.wait(1)
     panel.updater.join(30)
+    # Finished as soon as the devices are done, not once the cluster has closed.
+    assert said_finished is not None and said_finished - last_step < 1.0
+    assert not panel.dashboard.value  # the cluster is gone: no link to its dashboard
     traffic = panel.charts.sources["traffic"].data
     assert len(traffic["device"]) == 2 and all(sent > 0 for sent in traffic["sent"])
     phases = set(panel.charts.sources["timeline"].data["phase"])

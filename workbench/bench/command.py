@@ -19,11 +19,13 @@ from workbench.bench import (
     bubble_suite,
     calibration_suite,
     charts_suite,
+    cli_suite,
     compression_suite,
     ddp_suite,
     e2e_suite,
     faults_suite,
     hosts_suite,
+    latency_suite,
     memory_suite,
     nccl_suite,
     overhead_suite,
@@ -216,6 +218,19 @@ SUITES: dict[str, Suite] = {
         "--compression none, fp16, bf16, topk:0.01, powersgd:2: accuracy and gradient bytes",
         compression_suite.run_from_args,
         compression_suite.render,
+    ),
+    "cli": Suite(
+        "cli",
+        "how fast dtrain --help, --version, a flag typo and %load_ext workbench answer",
+        cli_suite.run_from_args,
+        cli_suite.render,
+    ),
+    "latency": Suite(
+        "latency",
+        "seconds from starting a mirrored 2-device run to its record, cluster, data, first "
+        "step and first chart point",
+        latency_suite.run_from_args,
+        latency_suite.render,
     ),
     "placement": Suite(
         "placement",

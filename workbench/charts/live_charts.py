@@ -45,6 +45,7 @@ from workbench.events import EventLog
 
 MAX_REFRESH_HZ = 10
 MAX_BUSY_SHARE = 0.02  # of wall time spent refreshing, whatever the refresh costs
+FINISHED_POLL_S = 0.1  # how soon a refresher waiting out its back-off sees the run end
 ROLLOVER = {
     "loss": 20_000,
     "throughput": 20_000,
@@ -484,7 +485,17 @@ class LiveUpdater:
             wait = 1.0 / self.hz
             if self.busy_share is not None:
                 wait = max(wait, took / self.busy_share - took)
-            self._halt.wait(wait)
+            self._pause(wait)
+
+    def _pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or less: the run's end cuts a long back-off short, so the last
+        refresh (all of the run's data) comes at once."""
+        deadline = time.monotonic() + seconds
+        while not self._halt.is_set() and not self.finished():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._halt.wait(min(left, FINISHED_POLL_S))
 
     def stopped(self) -> bool:
         """Whether it has stopped refreshing (the run ended, or it was closed)."""

@@ -12,19 +12,25 @@ Its live panel is the notebook's: the notebook side registers how to make one
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from workbench.config import RunConfig
 from workbench.data import Dataset
-from workbench.events import EventLog
+from workbench.events import EventLog, warmup_steps
 from workbench.events.records import PhaseEvent, ScalarEvent
-from workbench.launch.run_link import RunLink, new_run_id
+from workbench.launch.run_link import RunLink, ended_state, new_run_id
 from workbench.launch.runner import RunResult, prepare_run
 from workbench.models import Sequential
-from workbench.store import RunStore
+from workbench.store import RunRecorder, RunStore, StoreError
+from workbench.strategies import validate_config
+
+RATE_WINDOW_S = 10.0  # the ETA's step rate: over the steps of about this many recent seconds
 
 # Makes the live panel of a run (an object with ``widget`` and ``_ipython_display_``); set by
 # the notebook side when it is imported.
@@ -48,11 +54,22 @@ class BackgroundRun:
         begin: bool = True,
         dataset: Dataset | None = None,
     ) -> None:
-        # Raises on bad input; nothing started yet.
-        prepared = prepare_run(config, model, dataset)
+        # Raises on bad input; nothing started yet. The run is listed in the store (running,
+        # step 0) as soon as its flags are checked, while its data set loads and its model is
+        # built (its step count, unless --steps gave it, once the data set is loaded); a later
+        # check that fails takes the record back, so nothing is left stored.
+        store = store or RunStore()
+        checked = validate_config(config)
+        self.run_id = new_run_id(checked.strategy)
+        recorder = store.create(self.run_id, checked.to_dict(), steps=checked.steps)
+        try:
+            prepared = prepare_run(checked, model, dataset)
+            recorder.annotate(steps=prepared.job.total_steps)
+        except BaseException:
+            _discard(recorder)
+            raise
         self.config = prepared.config
         self.job = prepared.job
-        self.run_id = new_run_id(self.config.strategy)
         self.log = EventLog()
         self.total_steps = prepared.job.total_steps
         self.first_step = prepared.job.first_step
@@ -66,8 +83,12 @@ class BackgroundRun:
         self._progress = progress
         self._done = threading.Event()
         self._panel = None
-        self._link = RunLink(store or RunStore(), self.run_id, prepared.job, self.log)
+        self._link = RunLink(store, self.run_id, prepared.job, self.log, recorder)
         self._steps_done = self.first_step
+        self.rate = StepRate(self.first_step + warmup_steps(self.total_steps - self.first_step))
+        # When the test point was logged: the devices are done (it is evaluated right after
+        # the last step, before the cluster closes); None until then.
+        self.trained_at: float | None = None
         self.log.subscribe(self._count_steps)
         self._thread = threading.Thread(
             target=self._train, args=(prepared,), name=f"dtrain-{self.run_id}", daemon=True
@@ -91,7 +112,7 @@ class BackgroundRun:
     def _train(self, prepared) -> None:
         try:
             self.result = self._link.train(prepared, self._say)
-            self.state = "stopped" if self._stop.is_set() else "finished"
+            self.state = ended_state(prepared.job, self.result.summary)
         except BaseException as error:  # reported through the handle, never lost in a thread
             self.error, self.state = error, "failed"
         finally:
@@ -126,6 +147,17 @@ class BackgroundRun:
     def _count_steps(self, event) -> None:
         if isinstance(event, ScalarEvent) and event.name == "loss":
             self._steps_done = max(self._steps_done, event.step + 1)
+            self.rate.add(event.time, event.step + 1)
+        elif isinstance(event, ScalarEvent) and event.name == "test_accuracy":
+            self.trained_at = time.time()
+
+    def eta_seconds(self) -> float | None:
+        """Seconds left at the step rate measured over the last ``RATE_WINDOW_S`` (warm-up
+        steps and the cluster's start left out); None before there is a rate, or once done."""
+        rate = self.rate.per_second()
+        if self.done or self.trained_at is not None or not rate:
+            return None
+        return (self.total_steps - self.step) / rate
 
     @property
     def step(self) -> int:
@@ -154,8 +186,8 @@ class BackgroundRun:
         if self._panel is None:
             if _run_viewer is None:
                 raise RuntimeError(
-                    "the live panel is the notebook's: %load_ext workbench (or import "
-                    "workbench.notebook) first"
+                    "the live panel is the notebook's: import workbench.notebook.panel first "
+                    "(%load_ext workbench does when a run is shown)"
                 )
             self._panel = _run_viewer(self)
         return self._panel
@@ -176,6 +208,41 @@ class BackgroundRun:
 
     def __repr__(self) -> str:
         return f"<BackgroundRun {self.describe()}>"
+
+
+def _discard(recorder: RunRecorder) -> None:
+    """Take back the record of a run that failed a check before it started."""
+    with contextlib.suppress(StoreError):
+        recorder.finish("failed")  # closes its events file
+    shutil.rmtree(recorder.run.path, ignore_errors=True)
+
+
+class StepRate:
+    """Steps a second over the last ``window`` seconds of the run's loss events (by their
+    times, when the run logged them), counting only steps after ``after``: the warm-up, as the
+    summary's steady state leaves it out (``warmup_steps``), and with it the cluster's start."""
+
+    def __init__(self, after: int, window: float = RATE_WINDOW_S) -> None:
+        self.after, self.window = after, window
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def add(self, when: float, steps_done: int) -> None:
+        if steps_done <= self.after:
+            return
+        samples = self._samples
+        samples.append((when, steps_done))
+        # The oldest kept sample is the newest one at least a window old.
+        while len(samples) > 2 and when - samples[1][0] >= self.window:
+            samples.popleft()
+
+    def per_second(self) -> float | None:
+        samples = list(self._samples)  # appended to by the training thread
+        if len(samples) < 2:
+            return None
+        (first_time, first_steps), (last_time, last_steps) = samples[0], samples[-1]
+        if last_time <= first_time or last_steps <= first_steps:
+            return None
+        return (last_steps - first_steps) / (last_time - first_time)
 
 
 class RunTable:

@@ -16,7 +16,7 @@ import uuid
 
 from workbench.events import EventLog
 from workbench.launch.runner import PreparedRun, RunResult, execute_run
-from workbench.store import RunStore
+from workbench.store import RunRecorder, RunStore
 from workbench.training.job import Progress, TrainingJob
 
 STORE_POLL_S = 0.25  # how soon a Stop asked through the store is seen
@@ -31,11 +31,22 @@ class RunLink:
     """Records ``job``'s run (events of ``log``) as ``run_id`` in ``store``; :meth:`start`
     watches the store while it trains, :meth:`train` trains it and ends the record."""
 
-    def __init__(self, store: RunStore, run_id: str, job: TrainingJob, log: EventLog) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        run_id: str,
+        job: TrainingJob,
+        log: EventLog,
+        recorder: RunRecorder | None = None,
+    ) -> None:
+        """``recorder``: the run's record made already (listed while the run was prepared)."""
         self.job, self.log = job, log
-        self.recorder = store.create(run_id, job.config.to_dict(), steps=job.total_steps)
+        self.recorder = recorder or store.create(
+            run_id, job.config.to_dict(), steps=job.total_steps
+        )
         # Periodic checkpoints go beside the run's events (the last two are kept).
         job.checkpoint_directory = str(self.recorder.run.path / "checkpoints")
+        job.run_id = run_id  # its dashboard pages are named after it too
         log.subscribe(self.recorder.record)
         self._told_cluster = False
         self._ended = threading.Event()
@@ -81,5 +92,12 @@ class RunLink:
         except BaseException as error:
             self.finish("failed", error=f"{type(error).__name__}: {error}")
             raise
-        self.finish("stopped" if self.job.stop.is_set() else "finished", summary=result.summary)
+        self.finish(ended_state(self.job, result.summary), summary=result.summary)
         return result
+
+
+def ended_state(job: TrainingJob, summary: dict) -> str:
+    """``stopped`` when the run was asked to stop before its last step, else ``finished`` (a
+    Stop that came as the last step ran stopped nothing)."""
+    completed = summary["first_step"] + summary["steps"]
+    return "stopped" if job.stop.is_set() and completed < job.total_steps else "finished"

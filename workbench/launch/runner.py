@@ -19,6 +19,7 @@ from workbench.config import ConfigError, RunConfig, total_steps
 from workbench.dashboard import DashboardObserver
 from workbench.data import Dataset, DatasetError, GlobalBatchSampler, load_dataset
 from workbench.events import EventLog, summarize
+from workbench.events.faults import failure_reasons
 from workbench.launch.machine_limits import build_checked_model, check_local_devices
 from workbench.launch.tensorboard_run import LiveTensorBoard
 from workbench.models import Sequential
@@ -248,7 +249,9 @@ def _train_and_summarize(prepared: PreparedRun, log: EventLog, progress: Progres
     losses = log.scalars("loss")
     completed = losses[-1].step + 1 if losses else first_step
     if config.save:
-        save_run_checkpoint(config.save, config, completed, parameters, optimizer_state)
+        # A run stopped during a fault saves its restart point's variables, labelled so.
+        saved_step = completed if trained.variables_step is None else trained.variables_step
+        save_run_checkpoint(config.save, config, saved_step, parameters, optimizer_state)
     devices = strategy.device_names(config, device_type)
     figures = summarize(log, devices, config.batch_size)
     summary = {
@@ -274,6 +277,8 @@ def _train_and_summarize(prepared: PreparedRun, log: EventLog, progress: Progres
         "restarts": job.faults.restarts,
         "steps_recomputed": job.faults.steps_recomputed,
         "recovery_seconds": [round(s, 3) for s in job.faults.recovery_seconds],
+        # Why each failure happened, and where the run restarted from (status.json's too).
+        "failure_reasons": failure_reasons(log.events),
     }
     if job.faults.devices is not None and job.faults.devices != len(devices):
         summary["devices_at_end"] = job.faults.devices  # an elastic run that lost devices

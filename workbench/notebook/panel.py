@@ -9,34 +9,62 @@ through the same function as the magic, so it rejects the same inputs with the s
 
 from __future__ import annotations
 
+import functools
 import html
-import time
+import threading
 from typing import Any
 
 import ipywidgets as widgets
 from IPython.core.error import UsageError
 
 from workbench.charts.live_charts import LiveCharts, LiveUpdater
-from workbench.config import Option
+from workbench.config import ConfigError, Option
 from workbench.events.faults import FaultTally
 from workbench.launch.background_run import BackgroundRun, register_run_viewer
+from workbench.launch.flags import parse_run_flags
 from workbench.notebook.display import show
 from workbench.runtime.devices import device_tag
 from workbench.strategies import STRATEGIES
 
+# The step text, bar and status line: at least 4 times a second, whatever the charts cost (they
+# back off when refreshing gets costly; the progress must not).
+PROGRESS_HZ = 10
+# The browser redraws every chart on each refresh, on the thread that also shows the step text.
+CHARTS_HZ = 4
+# CSS classes of the run id, the step text and the status line (the UI tests read them).
+RUN_CLASS, STEP_CLASS, STATUS_CLASS = "dtrain-panel-run", "dtrain-panel-step", "dtrain-panel-status"
+
 
 def _eta(run: BackgroundRun) -> str:
-    done = run.step - run.first_step
-    left = run.total_steps - run.step
-    if done <= 0 or run.done:
-        return ""
-    seconds = (time.time() - run.started) / done * left
-    return f", ETA {seconds:.0f} s"
+    seconds = run.eta_seconds()
+    return "" if seconds is None else f", ETA {seconds:.0f} s"
+
+
+def step_text(run: BackgroundRun, step: int) -> str:
+    """``step 120/300, epoch 3, ETA 14 s`` for ``step`` (read once per refresh, so the bar, this
+    text and the status line show the same step)."""
+    epochs = -(-run.total_steps // run.steps_per_epoch)
+    epoch = min(step // run.steps_per_epoch + 1, epochs)
+    return f"step {step}/{run.total_steps}, epoch {epoch}{_eta(run)}"
+
+
+def ended_word(run: BackgroundRun, step: int) -> str | None:
+    """What the run is once its devices are done: its state once it has ended, else
+    ``finished`` as soon as its last step is in, ``stopped`` once the test point of a run
+    stopped early is logged (right after its last step), both while the run evaluates and its
+    cluster closes; None while it trains."""
+    if run.done:
+        return run.state
+    if step >= run.total_steps:
+        return "finished"
+    return None if run.trained_at is None else "stopped"
 
 
 def fault_note(faults: FaultTally, running: bool) -> str:
     """The status line's fault part (HTML), e.g. ``restarts 2 · dropped 14``, led while the
-    run is running by the failure it has not recovered from yet; "" for a run without faults."""
+    run is running by the failure it has not recovered from yet and followed by the reason of
+    each failure (the latest few, each on its own line, cut short); "" for a run without
+    faults."""
     parts = []
     failure = faults.pending_failure
     if running and failure is not None:
@@ -49,37 +77,93 @@ def fault_note(faults: FaultTally, running: bool) -> str:
         )
     if faults.line():
         parts.append(html.escape(faults.line()))
-    return " · ".join(parts)
+    reasons = faults.failure_reasons[-REASONS_SHOWN:]
+    earlier = len(faults.failure_reasons) - len(reasons)
+    lines = [f"({earlier} earlier failures)"] if earlier else []
+    lines += [_cut(reason, REASON_SHOWN_CHARS) for reason in reasons]
+    return " · ".join(parts) + "".join(
+        f"<br><span style='color:firebrick'>{html.escape(line)}</span>" for line in lines
+    )
+
+
+REASONS_SHOWN = 3
+REASON_SHOWN_CHARS = 160
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@functools.cache
+def _current_bokeh_model() -> type:
+    """jupyter_bokeh's ``BokehModel`` sends its document once, when made, and patches it after:
+    a view made later (the notebook reloaded, the output shown again) would draw the empty
+    charts of then. This one hands every new view the document as it is now."""
+    from bokeh.core.json_encoder import serialize_json
+    from jupyter_bokeh.widgets import BokehModel
+
+    class CurrentBokehModel(BokehModel):
+        def __init__(self, model, lock: threading.Lock, **kwargs) -> None:
+            self._charts_lock = None  # made with the document of now: nothing to refresh yet
+            super().__init__(model, **kwargs)
+            self._charts_lock = lock
+
+        def get_state(self, key=None, drop_defaults=False) -> dict:
+            # key None: the whole state, asked for by each new view (ipywidgets'
+            # request_state and request_states); a changed trait sends only its own key.
+            state = super().get_state(key, drop_defaults)
+            if key is None and self._charts_lock is not None:
+                with self._charts_lock:  # the charts' thread streams into the same document
+                    state["render_bundle"] = serialize_json(self._model_to_traits(self._model))
+            return state
+
+    return CurrentBokehModel
 
 
 class RunPanel:
-    """Progress, status, Stop and live charts of one run; ``widget`` is what is displayed."""
+    """Progress, status, Stop and live charts of one run; ``widget`` is what is displayed.
+
+    Two threads refresh it: ``ticker`` the step text, bar and status line (``PROGRESS_HZ``),
+    ``updater`` the charts (throttled, see :class:`LiveUpdater`)."""
 
     def __init__(self, run: BackgroundRun) -> None:
-        from jupyter_bokeh.widgets import BokehModel
-
         self.run = run
         self.charts = LiveCharts(run.log, run.config.batch_size)
+        self._charts_lock = threading.Lock()
+        self._faults_lock = threading.Lock()
         self.progress = widgets.IntProgress(
             value=0, min=0, max=max(1, run.total_steps - run.first_step), description="steps"
         )
         self.progress_text = widgets.Label()
+        self.progress_text.add_class(STEP_CLASS)
         self.status = widgets.HTML()
+        self.status.add_class(STATUS_CLASS)
         self.dashboard = widgets.HTML()
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop")
         self.stop_button.on_click(lambda _: self.stop())
+        self.chart_view = _current_bokeh_model()(self.charts.layout, self._charts_lock)
+        title = widgets.HTML(f"<b>{html.escape(run.run_id)}</b>")
+        title.add_class(RUN_CLASS)
         self.widget = widgets.VBox(
             [
-                widgets.HTML(f"<b>{html.escape(run.run_id)}</b>"),
+                title,
                 widgets.HBox([self.progress, self.progress_text, self.stop_button]),
                 self.status,
                 self.dashboard,
-                BokehModel(self.charts.layout),
+                self.chart_view,
             ]
         )
         self._faults = FaultTally()
         self._events_read = 0  # the panel reads the log from where it stopped, as the charts do
-        self.updater = LiveUpdater(self.refresh, lambda: run.done)
+        self.updater = LiveUpdater(self.refresh_charts, lambda: run.done, hz=CHARTS_HZ)
+        # Ends with the charts' updater too (closed by whoever closes that one).
+        self.ticker = LiveUpdater(
+            self.show_progress,
+            lambda: run.done or self.updater.stopped(),
+            hz=PROGRESS_HZ,
+            busy_share=None,
+            name="dtrain-panel",
+        )
 
     def _ipython_display_(self) -> None:
         show(self.widget)
@@ -90,26 +174,37 @@ class RunPanel:
         self.stop_button.description = "Stopping"
 
     def refresh(self) -> None:
+        """Both at once: charts, then the progress and status."""
+        self.refresh_charts()
+        self.show_progress()
+
+    def refresh_charts(self) -> None:
+        with self._charts_lock:
+            self.charts.refresh()
+
+    def show_progress(self) -> None:
         run = self.run
-        self.charts.refresh()
-        self.progress.value = run.step - run.first_step
-        epoch = min(run.step // run.steps_per_epoch + 1, -(-run.total_steps // run.steps_per_epoch))
-        self.progress_text.value = f"step {run.step}/{run.total_steps}, epoch {epoch}{_eta(run)}"
+        step = run.step  # once: the bar, the text and the status show the same step
+        ended = ended_word(run, step)
+        self.progress.value = step - run.first_step
+        self.progress_text.value = step_text(run, step)
         link = run.job.dashboard_link
-        if link and not self.dashboard.value:
+        if ended is not None:
+            self.dashboard.value = ""  # its cluster is closing or gone
+        elif link and not self.dashboard.value:
             self.dashboard.value = (
                 f"<a href='{html.escape(link)}' target='_blank'>Dask dashboard</a> "
                 "(workbench pages: individual-workbench-loss, -utilization, -timeline)"
             )
-        self.status.value = self._status_line()
-        if run.done:
+        self.status.value = self._status_line(step, ended)
+        if ended is not None:
             self.stop_button.disabled = True
-            self.stop_button.description = run.state
-            self.stop_button.button_style = "" if run.state != "failed" else "warning"
+            self.stop_button.description = ended
+            self.stop_button.button_style = "" if ended != "failed" else "warning"
 
-    def _status_line(self) -> str:
+    def _status_line(self, step: int, ended: str | None) -> str:
         run = self.run
-        if run.state == "failed":
+        if ended == "failed":
             line = (
                 f"<span style='color:firebrick'><b>failed</b>: "
                 f"{html.escape(f'{type(run.error).__name__}: {run.error}')}</span>"
@@ -117,20 +212,31 @@ class RunPanel:
         elif run.done:
             summary = run.summary or {}
             line = (
-                f"<b>{run.state}</b>: test accuracy {summary.get('test_accuracy', 0):.4f}, "
+                f"<b>{ended}</b>: test accuracy {summary.get('test_accuracy', 0):.4f}, "
                 f"{summary.get('samples_per_second', 0):,.0f} samples/s"
             )
-        else:
+        elif ended is not None:  # the devices are done; the cluster closes
+            result = run.job.test_result
+            after = (
+                f": test accuracy {result[1]:.4f} (closing the cluster)"
+                if result is not None
+                else " (evaluating, closing the cluster)"
+            )
+            line = f"<b>{ended}</b> at step {step}{after}"
+        elif step > run.first_step:
+            line = "running"  # the step is the progress text's (one count, not two)
+        else:  # starting: the cluster, the data, calibration
             line = f"running: {html.escape(run.lines[-1] if run.lines else '')}"
-        note = fault_note(self._read_faults(), running=not run.done)
+        note = fault_note(self._read_faults(), running=ended is None)
         return f"{line} · {note}" if note else line
 
     def _read_faults(self) -> FaultTally:
-        new = self.run.log.since(self._events_read)
-        self._events_read += len(new)
-        for event in new:
-            self._faults.add(event)
-        return self._faults
+        with self._faults_lock:  # the ticker's thread, or a refresh by hand
+            new = self.run.log.since(self._events_read)
+            self._events_read += len(new)
+            for event in new:
+                self._faults.add(event)
+            return self._faults
 
 
 # The form -------------------------------------------------------------------------------
@@ -145,6 +251,17 @@ COMMON_FIELDS = (
     ("--lr", "learning rate", "", "optimizer's"),
 )
 _LABEL_STYLE = {"description_width": "110px"}
+MAX_FORM_DEVICES = 16  # the device counts the form tries for a strategy's defaults
+
+
+def _accepted(words: list[str]) -> bool:
+    """Whether the flag parser takes these words (the check Start makes before anything
+    runs; no training)."""
+    try:
+        parse_run_flags(words, prog="%dtrain")
+    except ConfigError:
+        return False
+    return True
 
 
 def _text(value: str, label: str, placeholder: str = "") -> widgets.Text:
@@ -186,13 +303,20 @@ class TrainingForm:
         for option in STRATEGIES.options().values():
             self.fields[option.flag] = option_widget(option)
         self.start_button = widgets.Button(description="Start", button_style="success", icon="play")
-        self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop")
+        # Nothing to stop until a run starts; then it follows the run panel's Stop.
+        self.stop_button = widgets.Button(
+            description="Stop", button_style="danger", icon="stop", disabled=True
+        )
+        self._follow_stop: widgets.dlink | None = None
         self.error = widgets.HTML()
         self.output = widgets.VBox()
         self.start_button.on_click(lambda _: self.start())
         self.stop_button.on_click(lambda _: self.run.stop() if self.run is not None else None)
         self.options = widgets.VBox()
         self.fields["--strategy"].observe(lambda _: self._show_options(), names="value")
+        for flag, field in self.fields.items():
+            if flag not in self.common:  # a strategy option can decide the devices (stages)
+                field.observe(lambda _: self._fit_devices(keep=True), names="value")
         self.widget = widgets.VBox(
             [
                 widgets.HBox([widgets.VBox([self.fields[f] for f in self.common]), self.options]),
@@ -210,6 +334,27 @@ class TrainingForm:
 
     def _show_options(self) -> None:
         self.options.children = [self.fields[flag] for flag in self._chosen()]
+        self._fit_devices(keep=False)
+
+    def _fit_devices(self, keep: bool) -> None:
+        """Make the device count the smallest one the chosen strategy and its options accept
+        (a pipeline of 2 stages: 2 devices); with ``keep``, a count that fits is kept (an
+        option changed, not the strategy)."""
+        devices = self.fields["--devices"]
+        if keep and _accepted(self.flags()):
+            return
+        for count in range(1, MAX_FORM_DEVICES + 1):
+            if _accepted(self._with_devices(count)):
+                devices.value = str(count)
+                return
+        # None fits: another field is wrong, and Start will say which.
+
+    def _with_devices(self, count: int) -> list[str]:
+        words = self.flags()
+        at = words.index("--devices") + 1 if "--devices" in words else None
+        if at is None:
+            return [*words, "--devices", str(count)]
+        return [*words[:at], str(count), *words[at + 1 :]]
 
     def flags(self) -> list[str]:
         """The ``%dtrain`` words the widgets stand for (empty text fields are left out)."""
@@ -235,7 +380,14 @@ class TrainingForm:
             return None
         self.error.value = ""
         self.run = run
-        self.output.children = [run.panel().widget]
+        panel = run.panel()
+        self.output.children = [panel.widget]
+        if self._follow_stop is not None:
+            self._follow_stop.unlink()
+        # Usable while the run's own Stop is (disabled once it ends).
+        self._follow_stop = widgets.dlink(
+            (panel.stop_button, "disabled"), (self.stop_button, "disabled")
+        )
         return run
 
 

@@ -36,10 +36,17 @@ from workbench.runtime.devices import DeviceError, device_name
 from workbench.runtime.gpu_runtime import gpu_runtime, missing_gpu_reason
 from workbench.runtime.janitor import start_janitor
 from workbench.runtime.preflight import preflight
+from workbench.runtime.quiet_logs import quiet_dask_logs
 from workbench.runtime.scratch import make_scratch_directory, sweep_stale_scratch_directories
 from workbench.runtime.shared_memory import sweep_stale_run_directories, unlink_run_segments
 from workbench.runtime.worker_environment import worker_environment
 from workbench.runtime.worker_service import DeviceService
+
+# Data sets a local cluster gets from the client rather than loading them again on this host,
+# where the client holds them already: small ones whose loading costs far more than sending
+# them (digits is scikit-learn's, and importing scikit-learn in a worker would come before the
+# run's first step; docs/architecture.md, "What Dask costs").
+SHIPPED_TO_LOCAL_CLUSTERS = ("digits",)
 
 
 @dataclass
@@ -257,9 +264,12 @@ def start_run_cluster(
 
 
 def ships_dataset(config: RunConfig) -> bool:
-    """Whether the client sends the run's data set to the workers (``--ship-data``, or
-    arrays given to ``fit``) instead of each host loading it."""
-    return config.ship_data or config.dataset.startswith(f"{ARRAYS_KIND}:")
+    """Whether the client sends the run's data set to the workers (``--ship-data``, arrays
+    given to ``fit``, or a small data set for a local cluster: see
+    :data:`SHIPPED_TO_LOCAL_CLUSTERS`) instead of each host loading it."""
+    if config.ship_data or config.dataset.startswith(f"{ARRAYS_KIND}:"):
+        return True
+    return config.dataset in SHIPPED_TO_LOCAL_CLUSTERS and ClusterTarget.of(config).starts_its_own
 
 
 def ordered_workers(client) -> list[str]:
@@ -299,6 +309,7 @@ def start_cluster(
     """
     jobs = jobs or (("worker", devices),)
     target = address if isinstance(address, ClusterTarget) else ClusterTarget(address=address)
+    quiet_dask_logs()  # Dask's nanny lines and large-graph warning are not the user's news
     from distributed import Client
 
     owned = []

@@ -1,10 +1,12 @@
 """A stored run's live charts, kept up to date from its events file, for the chart pages.
 
 In: the bytes appended to ``<run>/events.jsonl`` since the last read
-(:meth:`~workbench.store.StoredRun.read_events`). Out: the columns of the chart sources a page
-draws, as JSON-ready lists (NaN and infinities become ``None``), and the device order of its
-per-device figures. The charts are the notebook's :class:`~workbench.charts.live_charts.LiveCharts`
-(the same code as the notebook and the dashboard), so every view of a run shows the same numbers.
+(:meth:`~workbench.store.StoredRun.read_events`): the server keeps one feed per run, and a
+chart request reads only what the run wrote since the one before it. Out: the columns of the
+chart sources a page draws, as JSON-ready lists (NaN and infinities become ``None``), and the
+device order of its per-device figures. The charts are the notebook's
+:class:`~workbench.charts.live_charts.LiveCharts` (the same code as the notebook and the
+dashboard), so every view of a run shows the same numbers.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from bokeh.models import FactorRange
 
 from workbench.charts.live_charts import LiveCharts
 from workbench.events import EventLog
+from workbench.events.log import Event
 from workbench.store import StoredRun
 
 # Each chart page and the LiveCharts figures it shows, in order.
@@ -28,10 +31,6 @@ PAGES: dict[str, tuple[str, ...]] = {
     "timeline": ("phases", "timeline"),
     "communication": ("traffic",),
 }
-# A view that has copied this many events starts over from the end of the file, so watching a
-# long run stays in bounded memory (the charts keep at most their rollover of rows anyway).
-EVENTS_KEPT = 200_000
-RESTART_TAIL_BYTES = 8 * 2**20
 
 
 def page_figures(page: str) -> tuple[str, ...]:
@@ -66,40 +65,53 @@ def sources_used(charts: LiveCharts, figure_names: Iterable[str]) -> list[str]:
     return [name for name, source in charts.sources.items() if id(source) in drawn]
 
 
+class DrawnOnceLog(EventLog):
+    """An :class:`EventLog` read by one reader only (the charts' feed), which hands each event
+    over once and keeps none it handed over: following a run of any length holds no more
+    events than arrive between two refreshes, and the charts keep at most their rollover of
+    rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._handed_over = 0  # events before the kept ones
+
+    def extend(self, events: list[Event]) -> None:
+        """Append a read's events at once (no subscriber: nothing else watches this log)."""
+        with self._lock:
+            self._events.extend(events)
+
+    def since(self, index: int) -> list[Event]:
+        with self._lock:
+            new = self._events[max(0, index - self._handed_over) :]
+            self._handed_over += len(self._events)
+            self._events = []
+            return new
+
+
 class RunCharts:
-    """One run's events copied into an :class:`EventLog` and drawn by a :class:`LiveCharts`;
-    :meth:`update` reads only what was appended since the previous call."""
+    """One run's chart feed: its events file read from where the previous :meth:`update`
+    stopped, drawn by a :class:`LiveCharts`. A request costs what the run wrote since the one
+    before it, and every chart is what a fresh read of the whole file would draw (the
+    whole-run charts, phase shares and traffic, keep their totals from the first step)."""
 
     def __init__(self, run: StoredRun, batch_size: int) -> None:
         self.run, self.batch_size = run, batch_size
         self._lock = threading.Lock()  # tornado may run two page polls for one run at once
-        self._start(offset=0)
-
-    def _start(self, offset: int) -> None:
-        self.log = EventLog()
-        self.charts = LiveCharts(self.log, self.batch_size)
-        self._offset, self._copied = offset, 0
-
-    def _restart_near_the_end(self) -> None:
-        size = (self.run.path / "events.jsonl").stat().st_size
-        offset = max(0, size - RESTART_TAIL_BYTES)
-        if offset:
-            # Begin at the first whole line inside the tail.
-            with (self.run.path / "events.jsonl").open("rb") as file:
-                file.seek(offset)
-                offset += len(file.readline())
-        self._start(offset)
+        self.log = DrawnOnceLog()
+        self.charts = LiveCharts(self.log, batch_size)
+        self._offset = 0
+        self._drawn = False
+        self.bytes_parsed = 0  # whole lines of the events file parsed, over every update
 
     def update(self) -> None:
         with self._lock:
-            if self._copied > EVENTS_KEPT:
-                self._restart_near_the_end()
-            events, self._offset = self.run.read_events(self._offset)
-            for event in events:
-                self.log.emit(event)
-            self._copied += len(events)
-            if events or self._copied == 0:
+            events, offset = self.run.read_events(self._offset)
+            self.bytes_parsed += offset - self._offset
+            self._offset = offset
+            self.log.extend(events)
+            if events or not self._drawn:
                 self.charts.refresh()
+                self._drawn = True
 
     def page_data(self, page: str) -> dict[str, Any]:
         """``sources``: the page's source columns; ``factors``: for each of its figures drawn

@@ -72,6 +72,9 @@ class TrainingJob:
     # Where periodic checkpoints go (the run's directory in the run store); None: kept in
     # memory only, for recovery.
     checkpoint_directory: str | None = None
+    # The run's id in the run store, the one the sidebar, the CLI and the dashboard pages show
+    # (a cluster session's own id names only its shared memory); None: a run not recorded.
+    run_id: str | None = None
     faults: FaultRecord = field(default_factory=FaultRecord)
     # The step the devices start from now: ``first_step``, or the checkpoint a recovery
     # restored (with ``initial_parameters`` and ``initial_optimizer_state`` then its state).
@@ -90,7 +93,10 @@ class TrainingJob:
 
 
 class TrainedModel(Protocol):
-    """What a strategy hands back: the final variables, gathered on the host."""
+    """What a strategy hands back: the final variables, gathered on the host, and the step
+    they are of when that is not the last completed step (``variables_step``, else None)."""
+
+    variables_step: int | None
 
     def parameters(self) -> dict[str, np.ndarray]: ...
 
