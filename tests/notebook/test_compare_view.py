@@ -76,3 +76,26 @@ def test_the_legend_is_beside_the_data_and_hides_a_run_on_click():
         assert [item.label.value for item in legend.items] == ["1. mirrored", "2. parameter-server"]
         for item in legend.items:  # a click hides the run's line and its markers
             assert {type(r.glyph) for r in item.renderers} == {Line, Scatter}
+
+
+def test_the_browsers_echo_of_streamed_rows_leaves_each_row_once():
+    """The comparison streams its rows as the panel does: the browser's echo of a stream must
+    not add them again to the document a reloaded page is drawn from."""
+    from tests.notebook.test_panel_reload import browser_message
+
+    view = view_of(0.0)
+    source = view.sources[0]
+    chart_view = view.widget.children[-1]
+    rows = {name: list(map(float, column)) for name, column in source.data.items()}
+    chart_view._handle_msg(
+        browser_message(
+            {
+                "kind": "ColumnsStreamed",
+                "model": {"id": source.id},
+                "attr": "data",
+                "data": {"type": "map", "entries": list(rows.items())},
+                "rollover": None,
+            }
+        )
+    )
+    assert list(source.data["step"]) == list(range(STEPS))

@@ -11,6 +11,7 @@ line, and a click on an entry hides that run's line.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 
 import ipywidgets as widgets
@@ -21,6 +22,7 @@ from bokeh.plotting import figure
 
 from workbench.charts.live_charts import HEIGHT, WIDTH, LiveUpdater
 from workbench.events.records import FAULT_PHASES, PhaseEvent, ScalarEvent
+from workbench.notebook.live_bokeh import live_bokeh_model
 
 COLOURS = Category10[10]
 DASHES = ("solid", "dashed", "dotted", "dotdash", "dashdot")
@@ -96,8 +98,6 @@ def _figure(title: str, x_axis_label: str) -> figure:
 
 class ComparisonView:
     def __init__(self, comparison) -> None:
-        from jupyter_bokeh.widgets import BokehModel
-
         self.comparison = comparison
         configs = comparison.configs
         columns = ("step", "time", "loss")
@@ -130,7 +130,9 @@ class ComparisonView:
             legend = Legend(items=items, click_policy="hide")
             chart.add_layout(legend, "right")  # outside the data
         self.table = widgets.HTML()
-        self.widget = widgets.VBox([self.table, BokehModel(column(by_step, by_time))])
+        self._charts_lock = threading.Lock()  # a new view is drawn from the rows of now
+        charts = live_bokeh_model(column(by_step, by_time), self._charts_lock)
+        self.widget = widgets.VBox([self.table, charts])
         self.updater = LiveUpdater(self.refresh, lambda: comparison.done)
 
     def refresh(self) -> None:
@@ -151,9 +153,11 @@ class ComparisonView:
                 "time": [event.time - origin for event in losses],
                 "loss": [event.value for event in losses],
             }
-            self.sources[index].stream(rows)
             chosen = marked(rows["step"], index, len(self.sources), run.total_steps)
-            self.marker_sources[index].stream(
-                {name: [v for v, m in zip(values, chosen) if m] for name, values in rows.items()}
-            )
+            marked_rows = {
+                name: [v for v, m in zip(values, chosen) if m] for name, values in rows.items()
+            }
+            with self._charts_lock:
+                self.sources[index].stream(rows)
+                self.marker_sources[index].stream(marked_rows)
         self.table.value = self.comparison.table_html()

@@ -9,7 +9,6 @@ through the same function as the magic, so it rejects the same inputs with the s
 
 from __future__ import annotations
 
-import functools
 import html
 import threading
 from typing import Any
@@ -23,6 +22,7 @@ from workbench.events.faults import FaultTally
 from workbench.launch.background_run import BackgroundRun, register_run_viewer
 from workbench.launch.flags import parse_run_flags
 from workbench.notebook.display import show
+from workbench.notebook.live_bokeh import live_bokeh_model
 from workbench.runtime.devices import device_tag
 from workbench.strategies import STRATEGIES
 
@@ -94,32 +94,6 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-@functools.cache
-def _current_bokeh_model() -> type:
-    """jupyter_bokeh's ``BokehModel`` sends its document once, when made, and patches it after:
-    a view made later (the notebook reloaded, the output shown again) would draw the empty
-    charts of then. This one hands every new view the document as it is now."""
-    from bokeh.core.json_encoder import serialize_json
-    from jupyter_bokeh.widgets import BokehModel
-
-    class CurrentBokehModel(BokehModel):
-        def __init__(self, model, lock: threading.Lock, **kwargs) -> None:
-            self._charts_lock = None  # made with the document of now: nothing to refresh yet
-            super().__init__(model, **kwargs)
-            self._charts_lock = lock
-
-        def get_state(self, key=None, drop_defaults=False) -> dict:
-            # key None: the whole state, asked for by each new view (ipywidgets'
-            # request_state and request_states); a changed trait sends only its own key.
-            state = super().get_state(key, drop_defaults)
-            if key is None and self._charts_lock is not None:
-                with self._charts_lock:  # the charts' thread streams into the same document
-                    state["render_bundle"] = serialize_json(self._model_to_traits(self._model))
-            return state
-
-    return CurrentBokehModel
-
-
 class RunPanel:
     """Progress, status, Stop and live charts of one run; ``widget`` is what is displayed.
 
@@ -141,7 +115,7 @@ class RunPanel:
         self.dashboard = widgets.HTML()
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop")
         self.stop_button.on_click(lambda _: self.stop())
-        self.chart_view = _current_bokeh_model()(self.charts.layout, self._charts_lock)
+        self.chart_view = live_bokeh_model(self.charts.layout, self._charts_lock)
         title = widgets.HTML(f"<b>{html.escape(run.run_id)}</b>")
         title.add_class(RUN_CLASS)
         self.widget = widgets.VBox(

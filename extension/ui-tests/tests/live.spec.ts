@@ -3,7 +3,7 @@
  * mirrored run with its panel while the sidebar and the run's Dask dashboard page follow it.
  * Each view must show each step within a second of the first view that showed it, the panel
  * must say "finished" within a second of the last step, and after a reload every chart of the
- * panel must have its data again.
+ * panel must have its data again, each step once.
  */
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import { Page } from '@playwright/test';
@@ -159,6 +159,51 @@ async function figureRows(page: IJupyterLabPageFixture): Promise<Record<string, 
   });
 }
 
+const SOURCES = ['loss', 'throughput'];
+
+/** The ``step`` column of each loss and throughput source of the page's drawn documents. */
+async function stepColumns(page: IJupyterLabPageFixture): Promise<Record<string, number[]>> {
+  return page.evaluate(names => {
+    type Source = { name: string | null; get_column(name: string): ArrayLike<number> | null };
+    type Doc = { roots(): unknown[]; all_models: Set<Source> };
+    const bokeh = (window as unknown as { Bokeh?: { documents: Doc[] } }).Bokeh;
+    const columns: Record<string, number[]> = {};
+    for (const [index, document] of (bokeh?.documents ?? []).entries()) {
+      if (document.roots().length === 0) {
+        continue; // a view's earlier document, cleared when it drew again
+      }
+      for (const model of Array.from(document.all_models)) {
+        if (model.name !== null && names.includes(model.name)) {
+          columns[`${model.name} #${index}`] = Array.from(model.get_column('step') ?? []);
+        }
+      }
+    }
+    return columns;
+  }, SOURCES);
+}
+
+/**
+ * What is wrong with each column: a step repeated or out of order, a loss step missing (the
+ * loss has every step, from 0), or the loss's last step not ``last``.
+ */
+function faults(columns: Record<string, number[]>, last: number | null): string[] {
+  const found: string[] = [];
+  for (const [name, steps] of Object.entries(columns)) {
+    const loss = name.startsWith('loss');
+    const at = steps.findIndex((step, i) =>
+      loss ? step !== (i > 0 ? steps[i - 1] + 1 : 0) : i > 0 && step <= steps[i - 1]
+    );
+    if (at >= 0) {
+      const around = steps.slice(Math.max(0, at - 2), at + 2).join(', ');
+      found.push(`${name}: ${steps.length} rows, step ${steps[at]} at row ${at} (…${around}…)`);
+    }
+    if (last !== null && loss && steps[steps.length - 1] !== last) {
+      found.push(`${name}: ends at step ${steps[steps.length - 1]}, not ${last}`);
+    }
+  }
+  return found;
+}
+
 test.describe('one run, three live views', () => {
   test('panel, sidebar and dashboard page keep up; the panel survives a reload', async ({
     page
@@ -242,6 +287,11 @@ test.describe('one run, three live views', () => {
     for (const [title, count] of Object.entries(rows)) {
       expect(count, `chart "${title}" is empty after the reload`).toBeGreaterThan(0);
     }
+    // Each step once, in order: the loss of every step from 0 to the last, no row twice
+    // (the browser's echo of a patch once made the kernel hold every streamed row twice).
+    const columns = await stepColumns(page);
+    expect(Object.keys(columns).length).toBeGreaterThan(0);
+    expect(faults(columns, STEPS - 1)).toEqual([]);
     await shot(page, 'live-02-reloaded');
   });
 });
