@@ -82,9 +82,11 @@ _API: dict[str, str] = {
 
 
 def _load_distribute() -> None:
-    """Import ``workbench.distribute``, which registers the real training hooks (replacing the
-    ones below) and makes the strategy classes."""
+    """Import ``workbench.distribute`` and register its training hooks in place of the ones
+    below (explicitly: an import of a module already imported registers nothing, e.g. after
+    this package was imported again)."""
     importlib.import_module("workbench.distribute")
+    importlib.import_module("workbench.distribute.classes").register_training_hooks()
 
 
 # ``Sequential.fit``, ``compile`` and ``get_weights`` reach ``workbench.distribute`` through

@@ -81,6 +81,11 @@ def _weights(strategy: Strategy | None, model) -> dict[str, Any]:
     return strategy.model_weights(model)
 
 
-register_fit(_fit)
-register_compile(_compile)
-register_weights(_weights)
+def register_training_hooks() -> None:
+    """Make ``Sequential.fit``, ``compile`` and ``get_weights`` reach this layer."""
+    register_fit(_fit)
+    register_compile(_compile)
+    register_weights(_weights)
+
+
+register_training_hooks()
