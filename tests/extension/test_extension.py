@@ -108,6 +108,8 @@ def test_galata_ui_tests():
             CHROMIUM_PATH=CHROMIUM,
         )
     assert " failed" not in output, output
+    # What the live test measured (lags between the views), for whoever reads the log.
+    print("\n".join(line for line in output.splitlines() if "worst lag" in line))
 
 
 def test_jupyterlab_browser_check():

@@ -261,12 +261,17 @@ test.describe('dtrain workbench', () => {
 
     // Running it trains in the notebook's kernel, and the sidebar lists that run (the store
     // is the one link between the two) until it finishes.
+    // (Other spec files may have added runs to the store: count from what is there now.)
+    const listed = async () =>
+      ((await (await page.request.get('/workbench/api/runs')).json()) as { runs: unknown[] }).runs
+        .length;
+    const before = await listed();
     await page.notebook.run();
     const sidebar = await openSidebar(page);
     const { finished, live, diverged, damaged } = runs();
     const known = [finished, live, diverged, damaged];
     const rows = sidebar.locator('.jp-WorkbenchRun');
-    await expect(rows).toHaveCount(known.length + 1, { timeout: 120000 });
+    await expect(rows).toHaveCount(before + 1, { timeout: 120000 });
     const fresh = rows.first(); // newest first
     expect(known).not.toContain(await fresh.getAttribute('data-run-id'));
     await expect(fresh.locator('.jp-WorkbenchRun-strategy')).toHaveText('mirrored');
