@@ -14,31 +14,25 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from tests.notebook.test_panel_live import StandInRun
 from workbench.events import EventLog
 from workbench.events.records import ScalarEvent
 from workbench.notebook.panel import RunPanel
 
 
-def finished_run(log: EventLog) -> SimpleNamespace:
+def finished_run(log: EventLog) -> StandInRun:
     """What the panel reads of a run that has ended (its updaters stop at once)."""
-    return SimpleNamespace(
-        run_id="run-1",
+    return StandInRun(
         log=log,
-        config=SimpleNamespace(batch_size=32),
         total_steps=5,
-        first_step=0,
         steps_per_epoch=5,
         step=5,
-        started=time.time(),
         state="finished",
-        error=None,
         summary={"test_accuracy": 0.9, "samples_per_second": 100.0},
         lines=[],
         job=SimpleNamespace(dashboard_link=None, stop=threading.Event(), test_result=None),
         done=True,
         trained_at=time.time(),
-        eta_seconds=lambda: None,
-        stop=lambda: None,
     )
 
 
