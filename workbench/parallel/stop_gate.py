@@ -44,8 +44,9 @@ def may_begin(run_id: str, step: int) -> bool:
         if stop_at is not None and step >= stop_at:
             return False
         _begun[run_id] = step + 1
-        for old in list(_begun)[:-KEPT]:
-            del _begun[old]
+        if len(_begun) > KEPT:  # on a step's path: trim only when there is something to trim
+            for old in list(_begun)[:-KEPT]:
+                del _begun[old]
         return True
 
 
