@@ -190,9 +190,12 @@ export function parseList<T>(
   return list.map(parse).filter((item): item is T => item !== null);
 }
 
-/** Whether a run still changes (running, or asked to stop but not yet stopped). */
+/**
+ * Whether a run still changes: running, asked to stop but not yet stopped, or finished
+ * training while its summary is still to come (no end time yet).
+ */
 export function isLive(run: IRun): boolean {
-  return LIVE_STATES.has(run.state);
+  return LIVE_STATES.has(run.state) || (run.state === 'finished' && run.ended === null);
 }
 
 /** A short human message for any error thrown by {@link requestAPI}. */

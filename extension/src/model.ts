@@ -36,7 +36,7 @@ export namespace RunsModel {
   export interface IOptions {
     /** The server connection; defaults to `ServerConnection.makeSettings()`. */
     serverSettings?: ServerConnection.ISettings;
-    /** Milliseconds between refreshes while a run is live (default 500). */
+    /** Milliseconds between refreshes while a run is live (default 250). */
     refreshInterval?: number;
     /** How many times slower to poll with no live run (default 4; Infinity: not at all). */
     idleFactor?: number;
@@ -47,11 +47,13 @@ export namespace RunsModel {
 
 /** The smallest refresh interval the settings schema allows. */
 export const MINIMUM_REFRESH_INTERVAL = 250;
-/** Live runs refresh twice a second: the sidebar stays within a second of the devices. */
-export const DEFAULT_REFRESH_INTERVAL = 500;
-/** With no live run, every 2 s: a run started in a notebook shows up soon. */
+/** Live runs refresh four times a second: the sidebar stays within a second of the devices. */
+export const DEFAULT_REFRESH_INTERVAL = 250;
+/** With no live run, every second: a run started in a notebook shows up soon. */
 const DEFAULT_IDLE_FACTOR = 4;
 const MAXIMUM_BACKOFF = 60 * 1000;
+/** The least pause between a live run's requests, as a share of the refresh interval. */
+const MINIMUM_GAP = 0.25;
 
 export class RunsModel implements IDisposable {
   constructor(options: RunsModel.IOptions = {}) {
@@ -198,6 +200,7 @@ export class RunsModel implements IDisposable {
   }
 
   private async _fetch(): Promise<void> {
+    const started = Date.now();
     try {
       const [runsBody, clustersBody] = await Promise.all([
         requestAPI<unknown>('runs', {}, this.serverSettings),
@@ -212,7 +215,7 @@ export class RunsModel implements IDisposable {
       this._clusters = clusters;
       this._status = 'ready';
       this._error = null;
-      this._poll.frequency = this._frequency();
+      this._poll.frequency = this._frequency(Date.now() - started);
       this._changed.emit();
     } catch (error) {
       if (this._isDisposed) {
@@ -226,12 +229,17 @@ export class RunsModel implements IDisposable {
     }
   }
 
-  /** The poll frequency for the current state: fast while live, slower (or never) when idle. */
-  private _frequency(): IPoll.Frequency {
+  /**
+   * The poll frequency for the current state: fast while live, slower (or never) when idle.
+   * While live the interval runs from the start of the request that took `elapsed` ms (the
+   * poll waits from its end), so a slow server does not slow the sidebar down by as much.
+   */
+  private _frequency(elapsed = 0): IPoll.Frequency {
     const idle = this._refreshInterval * this._idleFactor;
+    const live = Math.max(this._refreshInterval - elapsed, this._refreshInterval * MINIMUM_GAP);
     const interval =
       this.hasLiveRuns || this._status === 'loading'
-        ? this._refreshInterval
+        ? Math.round(live)
         : Number.isFinite(idle)
           ? Math.min(idle, Poll.MAX_INTERVAL)
           : Poll.NEVER;

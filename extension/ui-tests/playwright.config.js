@@ -1,6 +1,7 @@
 /**
  * Galata configuration: Debian's chromium (no browser download), a JupyterLab started by the
- * `webServer` on its own port with an isolated run store, and runs made by `global-setup.js`.
+ * `webServer` on its own port with an isolated run store, and runs made by `global-setup.js`;
+ * the live test runs last.
  */
 const fs = require('fs');
 const os = require('os');
@@ -22,6 +23,13 @@ module.exports = {
   workers: 1,
   timeout: 180000,
   expect: { timeout: 30000 },
+  // The live test measures how far the views trail one run: after the other tests, whose
+  // long live run (global-setup.js) would otherwise train beside it on the same cores until
+  // their Stop test ends it.
+  projects: [
+    { name: 'workbench', testMatch: /workbench\.spec\.ts/ },
+    { name: 'live', testMatch: /live\.spec\.ts/, dependencies: ['workbench'] }
+  ],
   globalSetup: require.resolve('./global-setup'),
   globalTeardown: require.resolve('./global-teardown'),
   use: {

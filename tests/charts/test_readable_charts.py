@@ -134,3 +134,15 @@ def test_merging_intervals_keeps_every_second():
     )
     # Stacked in the device's row: each bar starts where the one below ended.
     assert table["bottom"][0] == ["d", -0.4]
+
+
+def test_a_large_batch_sends_the_timeline_only_the_steps_it_draws():
+    # A refresh that backed off (or a chart tab's first read) gets many steps at once; a
+    # browser handed all their rows stalls, though it draws only the newest DETAIL_STEPS.
+    steps = live_charts.DETAIL_STEPS * 3
+    charts = LiveCharts(_run(steps), batch_size=32)
+    charts.refresh()
+    timeline = charts.sources["timeline"].data
+    assert min(timeline["step"]) == steps - live_charts.DETAIL_STEPS
+    assert len(timeline["step"]) == live_charts.DETAIL_STEPS * len(DEVICES) * 3
+    assert list(charts.sources["loss"].data["step"]) == list(range(steps))  # every step

@@ -140,3 +140,4 @@ def test_a_local_gpu_cluster_keeps_arrays_resident_and_one_thread_per_worker(mon
     assert started["pre-spawn"]["OMP_NUM_THREADS"] == "1"
     assert started["pre-spawn"]["MALLOC_TRIM_THRESHOLD_"] == str(256 << 20)
     assert started["CUDA_VISIBLE_DEVICES"] == "0,0,1,1"  # two workers on each of two GPUs
+    assert started["preload"][-1] == "workbench.runtime.worker_priority"  # yields the cores

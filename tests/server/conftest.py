@@ -50,12 +50,15 @@ class StoreBuilder:
         started: float = 1000.0,
         **status: object,
     ) -> RunRecorder:
-        """A run of ``steps`` steps with ``recorded`` of them recorded (all by default), ended
-        in ``state`` (None: still running); ``status`` adds fields to its status.json."""
+        """A run of ``steps`` steps with ``recorded`` of them recorded (by default all, or all
+        but the last for a run still running: with its last step in it reads ``finished``),
+        ended in ``state`` (None: still running); ``status`` adds fields to its status.json."""
         config = {"strategy": strategy, "devices": 2, "steps": steps, "batch_size": 32}
         recorder = self.store.create(run_id, config, steps=steps)
         recorder.annotate(started=started, **status)
-        for step in range(steps if recorded is None else recorded):
+        if recorded is None:
+            recorded = steps if state is not None else steps - 1
+        for step in range(recorded):
             self.record(recorder, step)
         if state is None:
             self.live.append(recorder)

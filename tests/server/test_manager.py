@@ -184,3 +184,16 @@ def test_trace_and_csv_export_the_run_events(runs):
     }
     rows = list(csv.DictReader(io.StringIO(manager.scalars_csv("done"))))
     assert [(row["step"], row["name"]) for row in rows] == [("0", "loss"), ("1", "loss")]
+
+
+def test_chart_pages_keep_reading_a_run_whose_last_step_is_in_until_it_has_ended(runs):
+    # Its test point and last events come after "finished": a chart tab that stopped polling
+    # at the state would never draw them.
+    recorder = runs.run("closing", state=None, recorded=4)
+    manager = RunsManager()
+    closing = manager.chart_data("closing", "loss")
+    assert closing["state"] == "finished" and closing["recording"] is True
+    assert [record["state"] for record in manager.runs()] == ["finished"]
+    recorder.finish("finished", summary={"steps": 4, "first_step": 0})
+    ended = manager.chart_data("closing", "loss")
+    assert ended["state"] == "finished" and ended["recording"] is False

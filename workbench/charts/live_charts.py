@@ -106,6 +106,27 @@ return Array.from(steps, step => step > newest - keep);
 TOOLS = "pan,box_zoom,reset"
 
 
+def newest_steps(rows: dict[str, list], keep: int) -> dict[str, list]:
+    """The rows of the newest ``keep`` steps among ``rows``. The timeline draws only those: the
+    rows of older steps in a large batch (a refresh that backed off, a chart tab's first read)
+    would never be drawn, and a browser handed thousands of rows at once stalls while it takes
+    them in.
+
+    Examples
+    --------
+    >>> newest_steps({"step": [1, 2, 3, 3], "phase": ["a", "b", "c", "d"]}, 2)
+    {'step': [2, 3, 3], 'phase': ['b', 'c', 'd']}
+    """
+    steps = rows["step"]
+    if not steps:
+        return rows
+    oldest_kept = max(steps) - keep + 1
+    if min(steps) >= oldest_kept:
+        return rows
+    kept = [index for index, step in enumerate(steps) if step >= oldest_kept]
+    return {name: [values[index] for index in kept] for name, values in rows.items()}
+
+
 def _figure(title: str, **options) -> figure:
     options.setdefault("width", WIDTH)
     options.setdefault("height", HEIGHT)
@@ -194,6 +215,8 @@ class LiveCharts:
         with self._lock:
             update = self.feed.update()
             for chart, rows in update.appended.items():
+                if chart == "timeline":
+                    rows = newest_steps(rows, DETAIL_STEPS)
                 if chart in self.sources:
                     self.sources[chart].stream(_arrays(rows), rollover=ROLLOVER.get(chart))
             for chart, table in update.replaced.items():

@@ -39,7 +39,7 @@ from workbench.runtime.preflight import preflight
 from workbench.runtime.quiet_logs import quiet_dask_logs
 from workbench.runtime.scratch import make_scratch_directory, sweep_stale_scratch_directories
 from workbench.runtime.shared_memory import sweep_stale_run_directories, unlink_run_segments
-from workbench.runtime.worker_environment import worker_environment
+from workbench.runtime.worker_environment import worker_environment, worker_preloads
 from workbench.runtime.worker_service import DeviceService
 
 # Data sets a local cluster gets from the client rather than loading them again on this host,
@@ -199,6 +199,7 @@ def local_cpu_cluster(
             security=security,
             scheduler_kwargs=scheduler_options,  # e.g. the dashboard pages' preload
             local_directory=local_directory,
+            preload=worker_preloads(),  # workers yield the cores to the notebook and browser
         )
         if environments:
             _start_workers_with(cluster, list(environments)[:devices])

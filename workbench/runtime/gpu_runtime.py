@@ -156,7 +156,7 @@ def _local_cuda_cluster(
             "--device-type gpu needs dask-cuda (pip install 'dtrain-workbench[gpu-cu13]', or "
             f"gpu-cu12 for a CUDA 12 driver): {error}"
         ) from None
-    from workbench.runtime.worker_environment import worker_environment
+    from workbench.runtime.worker_environment import worker_environment, worker_preloads
 
     visible = gpus_of_workers(devices, workers_per_gpu)
     with worker_environment():
@@ -173,6 +173,7 @@ def _local_cuda_cluster(
             security=security,
             scheduler_kwargs=scheduler_options,  # e.g. the dashboard pages' preload
             local_directory=local_directory,
+            preload=worker_preloads(),  # workers yield the cores to the notebook and browser
         )
 
 

@@ -28,6 +28,19 @@ WORKER_ENVIRONMENT = {
 }
 
 
+WORKER_PRIORITY_PRELOAD = "workbench.runtime.worker_priority"
+
+
+def worker_preloads() -> list[str]:
+    """The preloads of a worker the workbench starts: the user's
+    (``distributed.worker.preload``), then the one that lowers its priority
+    (:mod:`workbench.runtime.worker_priority`)."""
+    import dask
+
+    configured = dask.config.get("distributed.worker.preload", default=[]) or []
+    return [*([configured] if isinstance(configured, str) else configured), WORKER_PRIORITY_PRELOAD]
+
+
 @contextlib.contextmanager
 def worker_environment() -> Iterator[None]:
     """While workers spawn: :data:`WORKER_ENVIRONMENT` in their nannies' pre-spawn setting.

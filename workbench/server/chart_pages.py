@@ -62,7 +62,7 @@ PAGE_TEMPLATE = """
       if (response.ok) {
         const reply = await response.json();
         draw(doc, reply);
-        again = reply.state === "running";
+        again = reply.recording === true;  // its last events come after "finished"
       } else {
         again = response.status >= 500;  // a run that is gone (404) or a lost login stops it
       }

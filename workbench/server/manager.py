@@ -155,7 +155,8 @@ class RunsManager:
         run = self._open(run_id)
         charts = self._run_charts(run)
         charts.update()
-        return {"state": run.entry().state, **charts.page_data(page)}
+        entry = run.entry()
+        return {"state": entry.state, "recording": entry.recording, **charts.page_data(page)}
 
     def _run_charts(self, run: StoredRun) -> RunCharts:
         from workbench.server.run_charts import RunCharts

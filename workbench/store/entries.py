@@ -34,3 +34,11 @@ class RunEntry:
         if isinstance(started, int | float) and not isinstance(started, bool):
             return float(started)
         return None
+
+    @property
+    def recording(self) -> bool:
+        """Whether the run's process may still add to its record: it is running, or its last
+        step is in (``finished``) but its summary and end are still to come."""
+        return self.state == "running" or (
+            self.state == "finished" and self.status.get("ended") is None
+        )

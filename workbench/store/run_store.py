@@ -6,13 +6,15 @@ One directory per run under the store's root::
     <root>/<run id>/events.jsonl   every event (docs/architecture.md, "Events"), one JSON
                                    object per line, each line appended by one write (a
                                    reader ignores a last line without its newline)
-    <root>/<run id>/status.json    {"state": running | finished | stopped | failed | lost,
+    <root>/<run id>/status.json    {"state": running | finished | stopped | failed | lost
+                                   (finished from the last step's loss on: the summary
+                                   follows once the run is evaluated and its cluster closed),
                                    "error",
                                    "started", "ended", "step", "steps", "loss",
                                    "samples_per_second", "pid", "hostname", the fault counts
                                    (below), and what the run adds: "dashboard_link",
-                                   "scheduler_address"}; rewritten about once a second while
-                                   the run goes, and at once on a failure or a recovery
+                                   "scheduler_address"}; rewritten within a tenth of a second
+                                   of each step, and at once on a failure or a recovery
     <root>/<run id>/summary.json   the ``--json`` summary, once the run has finished
     <root>/<run id>/stop-requested present once someone (the JupyterLab sidebar) asked the run
                                    to stop; the process that trains it polls for it
@@ -82,7 +84,7 @@ from workbench.store.run_ids import RUN_ID_RULE, valid_run_id
 STORE_ENVIRONMENT = "DTRAIN_RUN_STORE"
 STATES = ("running", "finished", "stopped", "failed")
 STOP_MARKER = "stop-requested"
-STATUS_EVERY_S = 0.25  # how often a live run rewrites status.json (the sidebar polls at 0.5 s)
+STATUS_EVERY_S = 0.1  # the longest a recorded step waits to be in status.json
 THROUGHPUT_WINDOW_S = 5.0  # the samples/s in status.json is over this much recent time
 # Fault events that rewrite status.json at once (there are a few per restart).
 PENDING_EVENT_BYTES = 2**16  # events held in memory before they are written anyway
@@ -260,6 +262,7 @@ class RunRecorder:
         self._faults = FaultTally()
         self._failure: StoreError | None = None  # why recording failed
         self._failure_raised = False
+        self._deferred: threading.Timer | None = None  # a status write put off
 
     def record(self, event: PhaseEvent | ScalarEvent) -> None:
         line = (strict_dumps(event.to_dict()) + "\n").encode("utf-8")
@@ -284,15 +287,43 @@ class RunRecorder:
         if isinstance(event, ScalarEvent) and event.name == "loss":
             self._last_loss_step = max(self._last_loss_step or 0, event.step)
             self._note_loss(event)
-        urgent = self._note_fault(event) or self._is_last_step(event)
+        last_step = self._is_last_step(event)
+        if last_step:
+            # What the run's panel says too: the devices are done; the summary follows once
+            # the run is evaluated and its cluster closed (docs/jupyterlab.md, "Notebook panel").
+            self._status["state"] = "finished"
+        urgent = self._note_fault(event) or last_step
         now = time.monotonic()
         if self._pending_bytes > PENDING_EVENT_BYTES:
             self._write_pending()
-        if urgent or now - self._last_flush > STATUS_EVERY_S:  # seen elsewhere within ~0.5 s
-            self._write_pending()
-            self._last_flush = now
-            self._status["step"] = self._completed()
-            write_json_atomically(self.run.path / "status.json", _status_text(self._status))
+        if urgent or now - self._last_flush > STATUS_EVERY_S:
+            self._flush_status(now)
+        elif self._deferred is None:
+            # A throttled step is still written within STATUS_EVERY_S, even when the next
+            # event comes much later (device reports arrive in bursts).
+            self._deferred = threading.Timer(
+                self._last_flush + STATUS_EVERY_S - now, self._deferred_flush
+            )
+            self._deferred.daemon = True
+            self._deferred.start()
+
+    def _flush_status(self, now: float) -> None:
+        self._write_pending()
+        self._last_flush = now
+        self._status["step"] = self._completed()
+        write_json_atomically(self.run.path / "status.json", _status_text(self._status))
+
+    def _deferred_flush(self) -> None:
+        """The status write a throttled event put off; a failure is raised by the next
+        :meth:`record`, or by :meth:`finish`."""
+        with self._lock:
+            self._deferred = None
+            if self._closed or self._failure is not None:
+                return
+            try:
+                self._flush_status(time.monotonic())
+            except OSError as error:
+                self._failure = self._store_error("record", error)
 
     def _is_last_step(self, event: PhaseEvent | ScalarEvent) -> bool:
         """The loss of the run's last step: the status says so at once, not with the next
@@ -343,7 +374,10 @@ class RunRecorder:
         # While a run restores no step comes to trigger the next rewrite: the sidebar would
         # show the failure only once the run is back. Dropped pushes can come every step.
         kind = event.phase if isinstance(event, PhaseEvent) else event.name
-        return kind in RESTART_EVENTS
+        if kind not in RESTART_EVENTS:
+            return False
+        self._status["state"] = "running"  # the last step, if it was in, runs again
+        return True
 
     def _note_loss(self, event: ScalarEvent) -> None:
         self._status["loss"] = event.value
@@ -377,6 +411,9 @@ class RunRecorder:
         with self._lock:
             if not self._closed:
                 self._closed = True
+                if self._deferred is not None:
+                    self._deferred.cancel()
+                    self._deferred = None
                 if self._failure is None:
                     try:
                         self._write_pending()

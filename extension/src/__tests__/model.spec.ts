@@ -155,6 +155,18 @@ describe('RunsModel', () => {
     jest.useRealTimers();
   });
 
+  it('keeps a run live while it has finished training but not yet ended', async () => {
+    // Its last step is in (finished), its test figures and end time are still to come.
+    const closing = { ...FINISHED, id: 'run-2', ended: null };
+    const server = fakeServer(listing([closing, FINISHED]));
+    model = new RunsModel({ serverSettings: server.settings, autoStart: false });
+    await model.refresh();
+    expect(model.hasLiveRuns).toBe(true);
+    server.setHandler(listing([{ ...closing, ended: 1700000200 }, FINISHED]));
+    await model.refresh();
+    expect(model.hasLiveRuns).toBe(false);
+  });
+
   it('loads runs and clusters and emits changed', async () => {
     const server = fakeServer(listing([RUNNING, FINISHED, { bad: true }]));
     model = new RunsModel({ serverSettings: server.settings, autoStart: false });
@@ -204,6 +216,23 @@ describe('RunsModel', () => {
     expect(server.requests).toHaveLength(4);
     await jest.advanceTimersByTimeAsync(3000);
     expect(server.requests).toHaveLength(10);
+  });
+
+  it('counts the live interval from the start of a slow request', async () => {
+    // A server that takes 600 ms: the next request goes 1000 ms after the last one started.
+    const server = fakeServer(async request => {
+      await new Promise(done => setTimeout(done, 600));
+      return listing([RUNNING])(request);
+    });
+    model = new RunsModel({ serverSettings: server.settings, refreshInterval: 1000 });
+    await jest.advanceTimersByTimeAsync(0);
+    expect(server.requests).toHaveLength(2);
+    await jest.advanceTimersByTimeAsync(999);
+    expect(server.requests).toHaveLength(2);
+    await jest.advanceTimersByTimeAsync(1);
+    expect(server.requests).toHaveLength(4);
+    await jest.advanceTimersByTimeAsync(2000);
+    expect(server.requests).toHaveLength(8);
   });
 
   it('polls ten times slower when nothing is live, and not at all with idleFactor Infinity', async () => {

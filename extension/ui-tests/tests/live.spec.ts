@@ -1,9 +1,9 @@
 /**
  * One run, three live views in a real JupyterLab and chromium: a notebook trains a 2000-step
  * mirrored run with its panel while the sidebar and the run's Dask dashboard page follow it.
- * Each view must show each step within a second of the first view that showed it, the panel
- * must say "finished" within a second of the last step, and after a reload every chart of the
- * panel must have its data again, each step once.
+ * Each view must show each step within a second of the first view that showed it, the panel and
+ * the sidebar must say "finished" within a second of the last step, and after a reload every
+ * chart of the panel must have its data again, each step once.
  */
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import { Page } from '@playwright/test';
@@ -12,10 +12,14 @@ import * as path from 'path';
 
 const SIDEBAR = 'dtrain-workbench-sidebar';
 const STEPS = 2000;
-// About 10-20 s of training on two cores, next to global-setup's live run.
+// About 10-20 s of training on two cores.
 const FLAGS = `--strategy mirrored --devices 2 --steps ${STEPS} --hidden 512,512 --batch-size 128`;
 const SAMPLE_MS = 50; // each view is read 20 times a second
-const LAG_BOUND_MS = 4000;
+// Every view within a second of the first, at 95% of the steps; a machine that the run, the
+// browser and the server share sometimes stalls for about as long, so the worst step may be
+// later, but not by more than WORST_LAG_MS (the panel once trailed by a thousand steps).
+const LAG_BOUND_MS = 1000;
+const WORST_LAG_MS = 2000;
 const SHOTS = path.join(__dirname, '..', 'test-results', 'screenshots');
 
 /** [time in ms (Date.now), step] each time a view's step changed. */
@@ -29,11 +33,15 @@ async function shot(page: Page, name: string): Promise<void> {
 /**
  * Read ``selectors`` (view name -> CSS selector, looked up through shadow roots: Bokeh draws in
  * them) every SAMPLE_MS in ``page``, keeping each change of the step ("step 120/2000",
- * "120/2000") and when the panel's status first said finished.
+ * "120/2000"), and when each of ``states`` (view name -> CSS selector) first said finished.
  */
-async function startSampling(page: Page, selectors: Record<string, string>): Promise<void> {
+async function startSampling(
+  page: Page,
+  selectors: Record<string, string>,
+  states: Record<string, string> = {}
+): Promise<void> {
   await page.evaluate(
-    ({ selectors, every }) => {
+    ({ selectors, states, every }) => {
       const find = (root: Document | ShadowRoot, selector: string): Element | null => {
         const found = root.querySelector(selector);
         if (found) {
@@ -49,12 +57,12 @@ async function startSampling(page: Page, selectors: Record<string, string>): Pro
       };
       const state = window as unknown as {
         dtrainSamples: Record<string, [number, number][]>;
-        dtrainFinishedAt: number | null;
+        dtrainFinishedAt: Record<string, number>;
         dtrainSampler: number;
       };
       const elements: Record<string, Element | null> = {};
       state.dtrainSamples = {};
-      state.dtrainFinishedAt = null;
+      state.dtrainFinishedAt = {};
       for (const name of Object.keys(selectors)) {
         state.dtrainSamples[name] = [];
       }
@@ -78,23 +86,25 @@ async function startSampling(page: Page, selectors: Record<string, string>): Pro
             seen.push([now, Number(match[1])]);
           }
         }
-        const status = document.querySelector('.dtrain-panel-status')?.textContent ?? '';
-        if (state.dtrainFinishedAt === null && status.startsWith('finished')) {
-          state.dtrainFinishedAt = now;
+        for (const [name, selector] of Object.entries(states)) {
+          const said = document.querySelector(selector)?.textContent?.trim() ?? '';
+          if (state.dtrainFinishedAt[name] === undefined && said.startsWith('finished')) {
+            state.dtrainFinishedAt[name] = now;
+          }
         }
       }, every);
     },
-    { selectors, every: SAMPLE_MS }
+    { selectors, states, every: SAMPLE_MS }
   );
 }
 
 async function stopSampling(
   page: Page
-): Promise<{ samples: Record<string, Samples>; finishedAt: number | null }> {
+): Promise<{ samples: Record<string, Samples>; finishedAt: Record<string, number> }> {
   return page.evaluate(() => {
     const state = window as unknown as {
       dtrainSamples: Record<string, [number, number][]>;
-      dtrainFinishedAt: number | null;
+      dtrainFinishedAt: Record<string, number>;
       dtrainSampler: number;
     };
     window.clearInterval(state.dtrainSampler);
@@ -109,17 +119,20 @@ function reached(samples: Samples, step: number): number | null {
 }
 
 /**
- * Each view's largest lag (ms) behind the first view to show a step, over every step shown
- * after all the views were being read (a view opened later has its first step late).
+ * Each view's lags (ms) behind the first view to show a step, over every step shown after all
+ * the views were being read (a view opened later has its first step late): the worst, at which
+ * step, and the 95th percentile.
  */
-function lags(views: Record<string, Samples>): Record<string, [number, number]> {
+function lags(views: Record<string, Samples>): Record<string, ILag> {
   const watched = Math.max(...Object.values(views).map(s => (s.length ? s[0][1] : Infinity)));
   const steps = new Set<number>();
   for (const samples of Object.values(views)) {
     samples.forEach(([, step]) => step > watched && steps.add(step));
   }
+  const all: Record<string, number[]> = {};
   const worst: Record<string, [number, number]> = {}; // [lag, at which step]
   for (const name of Object.keys(views)) {
+    all[name] = [];
     worst[name] = [0, 0];
   }
   for (const step of steps) {
@@ -130,12 +143,25 @@ function lags(views: Record<string, Samples>): Record<string, [number, number]> 
     const first = Math.min(...times.map(([, time]) => time as number));
     for (const [name, time] of times) {
       const lag = (time as number) - first;
+      all[name as string].push(lag);
       if (lag > worst[name as string][0]) {
         worst[name as string] = [lag, step];
       }
     }
   }
-  return worst;
+  const result: Record<string, ILag> = {};
+  for (const [name, values] of Object.entries(all)) {
+    const sorted = [...values].sort((a, b) => a - b);
+    const p95 = sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.95))] : 0;
+    result[name] = { worst: worst[name][0], atStep: worst[name][1], p95 };
+  }
+  return result;
+}
+
+interface ILag {
+  worst: number;
+  atStep: number;
+  p95: number;
 }
 
 /** Each Bokeh figure in the page's documents, with the rows its renderers' sources hold. */
@@ -222,10 +248,12 @@ test.describe('one run, three live views', () => {
     await page.sidebar.openTab(SIDEBAR);
     const row = page.locator(`#${SIDEBAR} .jp-WorkbenchRun[data-run-id="${runId}"]`);
     await expect(row).toBeVisible({ timeout: 30000 });
-    await startSampling(page, {
-      panel: '.dtrain-panel-step',
-      sidebar: `.jp-WorkbenchRun[data-run-id="${runId}"] .jp-WorkbenchRun-step`
-    });
+    const sidebarRow = `.jp-WorkbenchRun[data-run-id="${runId}"]`;
+    await startSampling(
+      page,
+      { panel: '.dtrain-panel-step', sidebar: `${sidebarRow} .jp-WorkbenchRun-step` },
+      { panel: '.dtrain-panel-status', sidebar: `${sidebarRow} .jp-WorkbenchRun-state` }
+    );
 
     // The run's own dashboard page, named by the id the panel and the sidebar show.
     const link = page.locator('.jp-OutputArea a', { hasText: 'Dask dashboard' });
@@ -252,26 +280,32 @@ test.describe('one run, three live views', () => {
     const lastStepAt = Math.min(
       ...Object.values(views).map(s => reached(s, STEPS) ?? Number.POSITIVE_INFINITY)
     );
-    const finishedLag = (finishedAt ?? Number.POSITIVE_INFINITY) - lastStepAt;
+    const finishedLags = Object.fromEntries(
+      ['panel', 'sidebar'].map(name => [
+        name,
+        (finishedAt[name] ?? Number.POSITIVE_INFINITY) - lastStepAt
+      ])
+    );
     console.log(
       `steps seen: ${Object.entries(views)
         .map(([name, s]) => `${name} ${s.length} (${s[0]?.[1]}..${s[s.length - 1]?.[1]})`)
-        .join(', ')}; worst lag [ms, at step]: ${JSON.stringify(worst)}; ` +
-        `panel finished ${finishedLag} ms after the first view showed step ${STEPS}`
+        .join(', ')}; lag behind the first view [ms]: ${JSON.stringify(worst)}; ` +
+        `said finished [ms after the first view showed step ${STEPS}]: ` +
+        JSON.stringify(finishedLags)
     );
     // Soft: a view that lags is reported with the others, and the reload is still checked.
     for (const [name, shown] of Object.entries(views)) {
       expect.soft(reached(shown, STEPS), `${name} never showed step ${STEPS}`).not.toBeNull();
       expect.soft(shown.length, `${name} changed too rarely to follow`).toBeGreaterThan(5);
     }
-    // The aim is a second (docs/jupyterlab.md); on two cores that the run, the browser and
-    // the server share, a view is sometimes seen up to about two seconds behind. The bound
-    // fails a view that falls behind for real (the panel once trailed by a thousand steps).
-    for (const [name, [lag, step]] of Object.entries(worst)) {
-      const why = `${name} showed step ${step} ${lag} ms after the first view`;
-      expect.soft(lag, why).toBeLessThan(LAG_BOUND_MS);
+    for (const [name, { worst: lag, atStep, p95 }] of Object.entries(worst)) {
+      expect.soft(p95, `${name}: 95% of the steps within ${p95} ms`).toBeLessThan(LAG_BOUND_MS);
+      const why = `${name} showed step ${atStep} ${lag} ms after the first view`;
+      expect.soft(lag, why).toBeLessThan(WORST_LAG_MS);
     }
-    expect.soft(finishedLag, 'the panel said finished late').toBeLessThan(LAG_BOUND_MS);
+    for (const [name, lag] of Object.entries(finishedLags)) {
+      expect.soft(lag, `the ${name} said finished late`).toBeLessThan(LAG_BOUND_MS);
+    }
 
     // A reload builds the panel's views again from the kernel: the charts come back whole.
     // (Once the run has ended: its summary replaces "closing the cluster".)
@@ -283,12 +317,23 @@ test.describe('one run, three live views', () => {
     // ipywidgets restores a page's widgets from the kernel; on a loaded machine its first
     // request sometimes loses the race with the output's rendering ("model not found"), which
     // a second reload does not.
+    const consoleLines: string[] = [];
+    page.on('console', message => {
+      if (['error', 'warning'].includes(message.type())) {
+        consoleLines.push(`${message.type()}: ${message.text().slice(0, 300)}`);
+      }
+    });
     for (let attempt = 1; ; attempt++) {
+      consoleLines.length = 0;
       await page.reload({ waitForIsReady: false });
       await page.waitForSelector('#jupyterlab-splash', { state: 'detached' });
       const restored = page.locator('.dtrain-panel-step');
       const lost = page.locator('.jp-OutputArea', { hasText: 'model not found' });
       await expect(restored.or(lost).first()).toBeVisible({ timeout: 60000 });
+      if ((await restored.count()) === 0) {
+        // What ipywidgets said while it restored, for whoever reads the log.
+        console.log(`reload ${attempt} lost the panel; browser console:\n${consoleLines.join('\n')}`);
+      }
       if ((await restored.count()) > 0 || attempt === 2) {
         console.log(`panel restored by reload ${attempt}`);
         break;
