@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything the workbench needs in ./.venv (idempotent): the package in editable
-# mode with its test, development and benchmark extras. Run from the repository root.
+# mode with its test, development, benchmark and documentation extras. Run from the repository
+# root.
 set -euo pipefail
 cd "$(dirname "$0")"
 # Debian's chromium, for the UI tests and JupyterLab's browser check (no browser is downloaded);
@@ -31,7 +32,7 @@ fi
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 # torch is only the benchmark peer; pip takes the CPU wheel that ships with this machine kind.
-.venv/bin/python -m pip install --quiet -e '.[dev,bench]'
+.venv/bin/python -m pip install --quiet -e '.[dev,bench,docs]'
 # The JupyterLab extension (extension/): Node packages (no browser download: the UI tests use
 # Debian's chromium), a development build into workbench/labextension, linked where JupyterLab
 # looks for prebuilt extensions, and the server extension enabled.

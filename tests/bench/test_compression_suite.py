@@ -3,7 +3,7 @@ and reports, for every value, figures that hold together: ``none`` sends what it
 16-bit values exactly half, top-k and PowerSGD far less; the Markdown table names them all.
 
 No accuracy or timing thresholds here: one epoch of a 16-wide MLP proves nothing about them
-(the README's table is the full-size run).
+(the table in docs/benchmarks.md is the full-size run).
 """
 
 from __future__ import annotations

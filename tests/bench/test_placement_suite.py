@@ -3,7 +3,7 @@ trial each) and reports figures that hold together: one row per placement, step 
 summaries, the plan's predictions, alternating trials, the ratio and its verdict.
 
 No timing threshold here: 12 steps of a 16-wide MLP prove nothing about placement (the
-README's table is the full-size run).
+table in docs/benchmarks.md is the full-size run).
 """
 
 from __future__ import annotations

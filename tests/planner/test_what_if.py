@@ -116,3 +116,15 @@ def test_a_bad_described_cluster_is_refused_naming_the_flag(capsys, spec, named)
     assert main(["plan", "--what-if-cluster", spec, "--dataset", "synthetic"]) == 2
     error = capsys.readouterr().err
     assert "--what-if-cluster" in error and named in error
+
+
+def test_a_four_device_table_offers_every_hybrid_mesh_with_its_prediction():
+    rows = table("dgx-h100,hosts=1,gpus-per-host=4")
+    hybrid = [row for row in rows if row.strategy == "hybrid"]
+    # 2 replicas x 2 stages is the one mesh of 4 devices: 1F1B, 4 micro-batches.
+    assert [(row.options["stages"], row.options["microbatches"]) for row in hybrid] == [(2, 4)]
+    assert hybrid[0].prediction is not None and hybrid[0].step_seconds > 0
+    # Its step has both axes: the stages' activations and the stage all-reduces.
+    timeline = hybrid[0].prediction.timeline
+    assert {"allreduce", "update"} <= {interval.phase for interval in timeline.intervals}
+    assert any(interval.kind == "send" for interval in timeline.intervals)

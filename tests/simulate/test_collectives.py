@@ -9,7 +9,6 @@ import pytest
 import workbench.parallel.collectives.ring as ring
 from tests.simulate.recorded import described, recorded
 from workbench.parallel.collectives import allreduce as real_allreduce
-from workbench.parallel.collectives import chunk_bounds as real_chunk_bounds
 from workbench.parallel.collectives.hierarchical import (
     hierarchical_allreduce as real_hierarchical_allreduce,
 )
@@ -36,15 +35,6 @@ def ranks(size):
 
 def tensor(elements):
     return np.ones(elements, dtype=np.float32)
-
-
-def test_the_slice_size_is_the_real_rings():
-    assert SLICE_BYTES == ring.SLICE_BYTES
-
-
-@pytest.mark.parametrize(("length", "parts"), [(10, 4), (7, 3), (2, 5), (1000, 7), (5, 5)])
-def test_chunks_split_as_the_real_ring_splits(length, parts):
-    assert chunk_bounds(length, parts) == real_chunk_bounds(length, parts)
 
 
 @pytest.mark.parametrize(

@@ -133,3 +133,23 @@ def test_a_new_strategy_appears_in_the_magic_help_and_the_form(toy, shell):
     form.fields["--strategy"].value = "logged-one-device"
     assert [widget.description for widget in form.options.children] == ["log every"]
     assert form.flags()[-2:] == ["--log-every", "1"]
+
+
+def test_the_toy_strategy_reaches_the_planner_from_its_module_alone(toy, capsys):
+    # Derived from one-device, it plans as its parent: the what-if table offers it, predicted.
+    flags = ["--what-if-cluster", "dgx-h100,hosts=1,gpus-per-host=2", "--dataset", "synthetic"]
+    assert main(["plan", *flags, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["configurations"]
+    toy_rows = [row for row in rows if row["strategy"] == "logged-one-device"]
+    assert len(toy_rows) == 1 and toy_rows[0]["predicted_step_ms"] > 0
+
+
+def test_every_registered_strategy_says_how_the_planner_predicts_it():
+    from workbench.planner.strategy_planning import StrategyPlanning, planning_of
+
+    for name in STRATEGIES.names():
+        definition = STRATEGIES[name]
+        assert hasattr(type(definition), "planning"), f"{name} declares no planning"
+        planning = planning_of(name)
+        assert planning is None or isinstance(planning, StrategyPlanning), name
+    assert planning_of("hybrid") is not None  # data x pipeline is predicted too

@@ -2,7 +2,8 @@
 
 Every configuration the issue of record names (one-device; mirrored with each all-reduce;
 central storage; parameter servers, sync, 1 and 2 shards; model parallel; pipeline, GPipe and
-1F1B; all but one-device on 2 devices) trains the reference MLP (784-512-512-10 on
+1F1B; all but one-device on 2 devices), and hybrid (2 replicas x 2 stages, on 4 devices),
+trains the reference MLP (784-512-512-10 on
 ``synthetic``) and the CNN on ``digits``, global batch 256, with ``run_training`` exactly as
 ``dtrain run`` does. Each run calibrates afresh at its start, as the first run on a cluster
 does (each has a run store of its own, so nothing is cached): its prediction and its
@@ -52,6 +53,8 @@ CONFIGURATIONS = (
     {"strategy": "model-parallel", "devices": 2},
     {"strategy": "pipeline", "devices": 2, "schedule": "gpipe"},
     {"strategy": "pipeline", "devices": 2, "schedule": "1f1b"},
+    # data x pipeline: 2 replicas x 2 stages (four workers share the machine's cores)
+    {"strategy": "hybrid", "devices": 4, "stages": 2, "schedule": "1f1b"},
 )
 SCALE_HOSTS = (1, 8, 64, 512)
 
@@ -191,7 +194,9 @@ def render(result: dict[str, Any]) -> str:
     ]
     for row in result["rows"]:
         options = " ".join(
-            f"{k}={row[k]}" for k in ("devices", "allreduce", "ps", "schedule") if k in row
+            f"{k}={row[k]}"
+            for k in ("devices", "allreduce", "ps", "stages", "schedule")
+            if k in row
         )
         measured = row["measured_ms"]
         mark = "" if row["within_close"] else (" (>15%)" if row["within_far"] else " (>30%)")

@@ -77,6 +77,10 @@ def what_if_batch_sizes(batch_size: int, devices: int) -> list[int]:
     """
     sizes = {batch_size, batch_size // devices}
     sizes |= {batch_size // m for m in MICROBATCH_CHOICES}
+    # hybrid meshes: a replica's micro-batch
+    for stages in range(2, devices // 2 + 1):
+        if devices % stages == 0:
+            sizes |= {batch_size // (devices // stages) // m for m in MICROBATCH_CHOICES}
     return sorted(size for size in sizes if size >= 1)
 
 

@@ -15,35 +15,18 @@ import numpy as np
 from workbench.config import RunConfig
 from workbench.models import Sequential
 from workbench.optim import Optimizer
-from workbench.parallel.collectives.buckets import DEFAULT_BUCKET_BYTES
-from workbench.parallel.collectives.compression import parse_compression
 from workbench.planner.device_costs import DeviceCosts
-from workbench.planner.step_programs import (
-    StepPrograms,
-    central_storage_step,
-    mirrored_step,
-    model_parallel_step,
-    one_device_step,
-    parameter_server_step,
-    pipeline_step,
+from workbench.planner.step_programs import StepPrograms
+from workbench.planner.strategy_planning import (
+    PlanningError,
+    planning_of,
+    predicted_strategies,
 )
 from workbench.simulate import Timeline, pipeline_bubble, simulate
 from workbench.strategies import STRATEGIES
 from workbench.strategies.cluster_strategy import ClusterStrategy
 
-PREDICTED_STRATEGIES = (
-    "one-device",
-    "mirrored",
-    "multi-worker-mirrored",
-    "central-storage",
-    "parameter-server",
-    "model-parallel",
-    "pipeline",
-)
-
-
-class PlanningError(ValueError):
-    """A configuration the planner cannot predict (names the option and why)."""
+__all__ = ["PlanningError", "Prediction", "memory_estimate", "predict", "step_programs"]
 
 
 @dataclass(frozen=True)
@@ -82,67 +65,15 @@ def step_programs(
     costs: DeviceCosts,
     devices: Sequence[str],
 ) -> StepPrograms:
-    """The programs of ``config``'s strategy on ``devices`` (in the strategy's rank order)."""
-    name, batch, dtype = config.strategy, config.batch_size, config.dtype
-    if name == "one-device":
-        return one_device_step(model, optimizer, batch, dtype, devices[0], costs)
-    if name == "central-storage" and config.options.get("compression", "none") != "none":
+    """The programs of ``config``'s strategy on ``devices`` (in the strategy's rank order), as
+    the strategy's planning builds them (:mod:`workbench.planner.strategy_planning`)."""
+    planning = planning_of(config.strategy)
+    if planning is None:
         raise PlanningError(
-            f"--compression {config.compression}: predicted for mirrored and "
-            "multi-worker-mirrored all-reduces, not yet for central storage's pushes"
+            f"--strategy {config.strategy}: not predicted; the planner predicts "
+            f"{', '.join(predicted_strategies())}"
         )
-    bucket_bytes = int(config.options.get("bucket_mb", DEFAULT_BUCKET_BYTES / 2**20) * 2**20)
-    if name in ("mirrored", "multi-worker-mirrored"):
-        # ``auto`` is the ring on CPUs; NCCL's all-reduce is a ring too (its large-message
-        # algorithm within a host), over the links calibration measured.
-        algorithm = STRATEGIES[name].algorithm(config, "cpu")
-        algorithm = "ring" if algorithm == "nccl" else algorithm
-        groups = None
-        if algorithm == "hierarchical-copy" and costs.cluster is not None:
-            groups = costs.cluster.hosts_of(devices)  # a described cluster's hosts
-        elif algorithm == "hierarchical-copy":
-            # The groups the run forms: by the workers' hosts (the even groups the strategy
-            # asks for when they share one).
-            addresses = [costs.device_addresses.get(device, "127.0.0.1:0") for device in devices]
-            ranks = STRATEGIES[name].groups(config, addresses)
-            groups = [[devices[rank] for rank in group] for group in ranks]
-        compression = parse_compression(config.options.get("compression", "none"))
-        return mirrored_step(
-            model,
-            optimizer,
-            batch,
-            dtype,
-            devices,
-            costs,
-            algorithm,
-            groups,
-            bucket_bytes,
-            compression,
-        )
-    if name == "central-storage":
-        return central_storage_step(model, optimizer, batch, dtype, devices, costs, bucket_bytes)
-    if name == "parameter-server":
-        workers, shards = devices[: config.devices], devices[config.devices :]
-        return parameter_server_step(
-            model,
-            optimizer,
-            batch,
-            dtype,
-            workers,
-            shards,
-            costs,
-            config.ps_partition_min_bytes,
-            synchronous=config.mode == "sync",
-        )
-    if name == "model-parallel":
-        return model_parallel_step(model, optimizer, batch, dtype, devices, costs, config.placement)
-    if name == "pipeline":
-        return pipeline_step(
-            model, optimizer, batch, dtype, devices, costs, config.microbatches, config.schedule
-        )
-    raise PlanningError(
-        f"--strategy {name}: not predicted; the planner predicts {', '.join(PREDICTED_STRATEGIES)}"
-    )
+    return planning.programs(config, model, optimizer, costs, devices)
 
 
 def predict(
@@ -203,6 +134,10 @@ def memory_estimate(config: RunConfig, model: Sequential, devices: Sequence[str]
         return held
     if name in ("model-parallel", "pipeline"):
         share = (parameters * copies + per_sample * config.batch_size) * itemsize
+        return {d: share // len(devices) for d in devices}
+    if name == "hybrid":  # a stage's variables, its replica's activations through that stage
+        replicas = len(devices) // config.stages
+        share = (parameters * copies * replicas + per_sample * config.batch_size) * itemsize
         return {d: share // len(devices) for d in devices}
     batch = config.batch_size // len(devices)
     return {d: (parameters * copies + per_sample * batch) * itemsize for d in devices}

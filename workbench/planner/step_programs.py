@@ -18,6 +18,7 @@ import numpy as np
 from workbench.models import Sequential
 from workbench.optim import Optimizer
 from workbench.parallel.collectives import plan_buckets
+from workbench.parallel.collectives.buckets import DEFAULT_BUCKET_BYTES
 from workbench.parallel.collectives.compression import CompressionSpec, parse_compression
 from workbench.parallel.model_parallel.graph import build_model_parallel_graph
 from workbench.parallel.parameter_server.partitioner import place_variables, shard_bytes
@@ -41,6 +42,7 @@ from workbench.simulate import (
     push_pull,
     uniform,
 )
+from workbench.simulate.programs import MAIN
 from workbench.training.graphs import build_training_graph, build_update_graph, gradient_name
 
 COMMUNICATION = "communication"  # the replica's all-reduce thread
@@ -404,3 +406,77 @@ def pipeline_step(
         update_seconds=updates,
     )
     return StepPrograms(programs, costs.peer_link, stage_devices=tuple(devices))
+
+
+def hybrid_step(
+    model: Sequential,
+    optimizer: Optimizer,
+    batch: int,
+    dtype: str,
+    devices: Sequence[str],
+    costs: DeviceCosts,
+    stages: int,
+    microbatches: int,
+    schedule: str,
+    compression: CompressionSpec = NO_COMPRESSION,
+) -> StepPrograms:
+    """``hybrid`` (``parallel/pipeline/stage_worker.py``): a pipeline per replica on a 2-D mesh
+    (rank = replica x stages + stage), each replica through its slice of the batch; then each
+    stage ring-all-reduces its gradients, bucket by bucket, with the same stage of every other
+    replica, and updates."""
+    replicas = len(devices) // stages
+    micro = batch // replicas // microbatches
+    layer_groups = split_layers(model, stages)
+    itemsize = np.dtype(dtype).itemsize
+    shapes = model.parameter_shapes()
+    order = make_schedule(schedule, stages, microbatches)
+    # Every replica's stage s runs the same graphs: built once, timed on each device.
+    graphs = [
+        build_stage_graphs(model, layers, micro, dtype, first=stage == 0, last=stage == stages - 1)
+        for stage, layers in enumerate(layer_groups)
+    ]
+    stage_parameters = [list(stage_graphs.parameter_names) for stage_graphs in graphs]
+    update_graphs = [
+        build_update_graph(model, optimizer, dtype, names) for names in stage_parameters
+    ]
+    boundary = [
+        int(np.prod((micro, *model.shapes[layers.stop]))) * itemsize for layers in layer_groups[:-1]
+    ]
+    programs: dict[str, list[Action]] = {}
+    for replica in range(replicas):
+        mesh_row = list(devices[replica * stages : (replica + 1) * stages])
+        forward = [graph_seconds(g.forward, costs, d) for g, d in zip(graphs, mesh_row)]
+        backward = [graph_seconds(g.backward, costs, d) for g, d in zip(graphs, mesh_row)]
+        programs.update(
+            pipeline_programs(mesh_row, order, forward, backward, boundary, key=f"r{replica}")
+        )
+    for stage in range(stages):
+        group = [devices[replica * stages + stage] for replica in range(replicas)]
+        stage_shapes = {name: shapes[name] for name in stage_parameters[stage]}
+        buckets = plan_buckets(stage_shapes, itemsize, DEFAULT_BUCKET_BYTES)
+        for index, bucket in enumerate(buckets):
+            reduced = bucket_exchange(
+                compression,
+                bucket,
+                group,
+                costs,
+                "ring",
+                None,
+                itemsize,
+                f"s{stage}/dp{index}",
+                MAIN,
+            )
+            for device in group:
+                programs[device] += reduced[device]
+        for device in group:
+            update = graph_seconds(update_graphs[stage], costs, device)
+            programs[device].append(Compute(update, "update", phase="update"))
+    stage_of = {device: rank % stages for rank, device in enumerate(devices)}
+
+    def mesh_link(source: str, destination: str) -> Link:
+        # Along a replica: the stages' activations; along a stage: its all-reduce's ring.
+        if stage_of[source] == stage_of[destination]:
+            return costs.ring_link(source, destination)
+        return costs.peer_link(source, destination)
+
+    return StepPrograms(programs, mesh_link, stage_devices=tuple(devices[:stages]))

@@ -24,13 +24,9 @@ from workbench.models import Sequential
 from workbench.optim import Optimizer
 from workbench.planner.device_costs import DeviceCosts
 from workbench.planner.predict import PlanningError, Prediction, predict
+from workbench.planner.strategy_planning import MICROBATCH_CHOICES, planning_of
 from workbench.strategies import STRATEGIES, validate_config
 
-ALLREDUCE_CHOICES = ("ring", "hierarchical-copy", "reduce-to-one")
-# Gradient compression on the ring: 16-bit, sparse and low-rank (--compression values).
-COMPRESSION_CHOICES = ("fp16", "topk:0.01", "powersgd:2")
-MICROBATCH_CHOICES = (2, 4, 8)
-SHARD_CHOICES = (1, 2)
 PARTS = ("compute", "communication", "bubble", "overhead")
 
 
@@ -75,37 +71,18 @@ class WhatIfRow:
 
 
 def candidate_configs(base: RunConfig, devices: int) -> Iterator[RunConfig]:
-    """``base``'s model and batch under each strategy and main option on ``devices``
-    devices (configurations the strategies refuse, say a batch the replicas cannot split,
-    are left out)."""
+    """``base``'s model and batch under each predicted strategy and its main options on
+    ``devices`` devices, as each strategy's planning offers them, in the registry's order
+    (configurations the strategies refuse, say a batch the replicas cannot split, are left
+    out later, or listed with the reason)."""
     common = {
         name: getattr(base, name)
         for name in ("model", "hidden", "dataset", "batch_size", "optimizer", "dtype", "seed")
     }
-    yield RunConfig(strategy="one-device", **common)
-    if devices < 2:
-        return
-    shared = {**common, "devices": devices}
-    for algorithm in ALLREDUCE_CHOICES:
-        yield RunConfig(strategy="mirrored", allreduce=algorithm, **shared)
-    for compression in COMPRESSION_CHOICES:
-        yield RunConfig(strategy="mirrored", allreduce="ring", compression=compression, **shared)
-    yield RunConfig(strategy="central-storage", **shared)
-    for shards in SHARD_CHOICES:
-        yield RunConfig(strategy="parameter-server", ps=shards, mode="sync", **shared)
-    # Async: no worker waits for another (its steps train on stale variables: see staleness).
-    yield RunConfig(strategy="parameter-server", ps=1, mode="async", **shared)
-    # With more devices than layers these are refused, and listed with the reason.
-    yield RunConfig(strategy="model-parallel", **shared)
-    for schedule in ("gpipe", "1f1b"):
-        for microbatches in MICROBATCH_CHOICES:
-            yield RunConfig(
-                strategy="pipeline",
-                stages=devices,
-                microbatches=microbatches,
-                schedule=schedule,
-                **shared,
-            )
+    for name in STRATEGIES.names():
+        planning = planning_of(name)
+        if planning is not None:
+            yield from planning.candidates(name, dict(common), devices)
 
 
 def _options(config: RunConfig) -> dict:
@@ -212,9 +189,8 @@ def what_if(
             continue
         names = None
         if device_names is not None:
-            count = 1 if config.strategy == "one-device" else devices
-            if config.strategy == "parameter-server":
-                count = devices + config.ps
+            # As many as the strategy names (parameter servers: the workers and their tasks).
+            count = len(STRATEGIES[config.strategy].planned_device_names(config))
             names = list(device_names[: min(count, devices)])
             # Parameter-server tasks beyond the described devices: processes of their own
             # (on hosts of their own, so reached over the inter-host links).

@@ -14,27 +14,14 @@ from itertools import pairwise
 
 import numpy as np
 
+from workbench.chunks import SLICE_BYTES, chunk_bounds
 from workbench.simulate.programs import MAIN, Action, Compute, Recv, RingAllReduce, Send
 from workbench.simulate.reduce_broadcast import Programs, broadcast, concat, reduce, reduce_to_one
 
 ALLREDUCE_ALGORITHMS = ("ring", "hierarchical-copy", "reduce-to-one")
-SLICE_BYTES = 2 << 20  # workbench.parallel.collectives.ring.SLICE_BYTES
 # Above this many ranks a ring is one vectorised action per rank (lockstep_ring), not some
 # 5(N-1) explicit ones: the same times, but one interval per rank instead of one per message.
 VECTORISE_ABOVE = 32
-
-
-def chunk_bounds(length: int, parts: int) -> list[tuple[int, int]]:
-    """``length`` elements in ``parts`` contiguous chunks whose sizes differ by <= 1 (the
-    ring's split, ``workbench.parallel.collectives.ring.chunk_bounds``).
-
-    Examples
-    --------
-    >>> chunk_bounds(10, 4)
-    [(0, 2), (2, 5), (5, 8), (8, 10)]
-    """
-    edges = np.linspace(0, length, parts + 1).round().astype(int)
-    return [(int(edges[i]), int(edges[i + 1])) for i in range(parts)]
 
 
 def ring_allreduce(

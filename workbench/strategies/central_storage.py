@@ -21,6 +21,7 @@ class CentralStorage(DataParallel):
     name = "central-storage"
     description = "variables on one device, compute replicated, one central update"
     options = (BUCKET_MB, COMPRESSION, REPLICATION)
+    planning = "workbench.planner.strategy_planning:CENTRAL_STORAGE"
     central_storage = True
 
     def summary_fields(self, config: RunConfig, log, devices: list[str]) -> dict:

@@ -38,6 +38,11 @@ class StrategyDefinition(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     options: ClassVar[tuple[Option, ...]]
+    # How the planner predicts it (``"module:NAME"`` of a
+    # ``workbench.planner.strategy_planning.StrategyPlanning``, imported by the planner), or
+    # None to say it is not predicted (``dtrain plan`` then says so). Every strategy declares
+    # it or inherits its parent's (the strategy tests check).
+    planning: ClassVar[str | None]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -20,6 +20,7 @@ class Hybrid(Pipeline):
     name = "hybrid"
     description = "data parallel x pipeline on a 2-D device mesh"
     options = (*Pipeline.options, COMPRESSION)
+    planning = "workbench.planner.strategy_planning:HYBRID"
     wires = ("peer", "ring")  # stage activations; the stage all-reduces' ring
 
     def summary_fields(

@@ -26,6 +26,7 @@ class Mirrored(DataParallel):
     name = "mirrored"
     description = "sync data parallel on one host: variables mirrored, gradients all-reduced"
     options = (ALLREDUCE, BUCKET_MB, COMPRESSION, ELASTIC, REPLICATION)
+    planning = "workbench.planner.strategy_planning:MIRRORED"
 
     def algorithm(self, config: RunConfig, device_type: str, nccl_usable: bool = True) -> str:
         if config.allreduce != "auto":

@@ -32,6 +32,7 @@ class ModelParallel(ClusterStrategy):
     name = "model-parallel"
     description = "the graph placed over devices and partitioned, Send/Recv on cut edges"
     options = (PLACEMENT,)
+    planning = "workbench.planner.strategy_planning:MODEL_PARALLEL"
 
     def check_config(self, config: RunConfig) -> None:
         """Any device count: whether the model has enough layers is ``check_model``'s."""

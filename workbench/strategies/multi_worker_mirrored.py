@@ -19,6 +19,7 @@ class MultiWorkerMirrored(DataParallel):
     name = "multi-worker-mirrored"
     description = "mirrored across hosts: reduce in each host, ring across hosts"
     options = (HOSTS, BUCKET_MB, COMPRESSION, ELASTIC)
+    planning = "workbench.planner.strategy_planning:MULTI_WORKER_MIRRORED"
 
     def check_config(self, config: RunConfig) -> None:
         replicas_divide_the_batch(config)

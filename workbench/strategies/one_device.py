@@ -26,6 +26,7 @@ class OneDevice(StrategyDefinition):
     name = "one-device"
     description = "the whole step on one device in this process: the oracle"
     options = ()
+    planning = "workbench.planner.strategy_planning:ONE_DEVICE"
 
     def check_config(self, config: RunConfig) -> None:
         if config.devices != 1:

@@ -72,6 +72,7 @@ class ParameterServer(ClusterStrategy):
         PS_PARTITION_MIN_BYTES,
         COMPRESSION,
     )
+    planning = "workbench.planner.strategy_planning:PARAMETER_SERVER"
 
     def check_config(self, config: RunConfig) -> None:
         replicas_divide_the_batch(config)

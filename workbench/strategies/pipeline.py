@@ -29,6 +29,7 @@ class Pipeline(ClusterStrategy):
     name = "pipeline"
     description = "layers in stages on devices, micro-batches scheduled by GPipe or 1F1B"
     options = (STAGES, MICROBATCHES, SCHEDULE)
+    planning = "workbench.planner.strategy_planning:PIPELINE"
 
     def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
         replicas = max(1, config.devices // config.stages)

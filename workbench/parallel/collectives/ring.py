@@ -5,27 +5,18 @@ Each rank talks only to its ring neighbours and sends 2(N-1)/N of the tensor in 
 bandwidth-optimal. Ranks must call with the same key and equally shaped arrays.
 
 Each step's chunk travels in slices of ``SLICE_BYTES``, the next slice sent before the current
-one is received (NCCL pipelines its ring the same way): between workers on one host a slice is
-then read by the peer while it is still in the shared cache, which measured 87% of the bound
-for 64 MiB on 2 workers against 67-75% with whole chunks (``dtrain bench allreduce``).
+one is received (NCCL pipelines its ring the same way); how the tensor is cut is
+:mod:`workbench.chunks`, which the ring's simulation cuts by too. ``dtrain bench allreduce``
+measures it against its bound (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
+from workbench.chunks import SLICE_BYTES, chunk_bounds
 from workbench.runtime.devices import array_namespace
 from workbench.runtime.transport import Transport, recv_into
-
-SLICE_BYTES = 2 << 20
-
-
-def chunk_bounds(length: int, parts: int) -> list[tuple[int, int]]:
-    """Split ``length`` elements into ``parts`` contiguous chunks whose sizes differ by <= 1."""
-    edges = np.linspace(0, length, parts + 1).round().astype(int)
-    return [(int(edges[i]), int(edges[i + 1])) for i in range(parts)]
 
 
 def ring_allreduce(transport: Transport, array: Any, key: str, inplace: bool = False) -> Any:

@@ -1,0 +1,265 @@
+"""How the planner predicts each strategy, and which of its configurations the what-if table
+offers: one :class:`StrategyPlanning` per strategy, named by the strategy's definition
+(``StrategyDefinition.planning``, a ``"module:NAME"`` the planner imports when it first plans
+that strategy, so the definitions stay below the planner). A strategy derived from another
+plans as its parent unless it names its own (docs/architecture.md, "Adding a strategy").
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.config import RunConfig
+from workbench.models import Sequential
+from workbench.optim import Optimizer
+from workbench.parallel.collectives.buckets import DEFAULT_BUCKET_BYTES
+from workbench.parallel.collectives.compression import parse_compression
+from workbench.planner.device_costs import DeviceCosts
+from workbench.planner.step_programs import (
+    StepPrograms,
+    central_storage_step,
+    hybrid_step,
+    mirrored_step,
+    model_parallel_step,
+    one_device_step,
+    parameter_server_step,
+    pipeline_step,
+)
+from workbench.strategies import STRATEGIES
+
+ALLREDUCE_CHOICES = ("ring", "hierarchical-copy", "reduce-to-one")
+# Gradient compression on the ring: 16-bit, sparse and low-rank (--compression values).
+COMPRESSION_CHOICES = ("fp16", "topk:0.01", "powersgd:2")
+MICROBATCH_CHOICES = (2, 4, 8)
+SHARD_CHOICES = (1, 2)
+
+Programs = Callable[[RunConfig, Sequential, Optimizer, DeviceCosts, Sequence[str]], StepPrograms]
+# (the strategy's name, the fields every row shares, the device count) -> its what-if rows
+Candidates = Callable[[str, dict[str, Any], int], Iterator[RunConfig]]
+
+
+class PlanningError(ValueError):
+    """A configuration the planner cannot predict (names the option and why)."""
+
+
+@dataclass(frozen=True)
+class StrategyPlanning:
+    """``programs``: one step of a configuration as simulator programs on ``devices`` (in the
+    strategy's rank order). ``candidates``: the configurations the what-if table predicts for
+    ``devices`` devices (none: the strategy is predicted when asked, not offered)."""
+
+    programs: Programs
+    candidates: Candidates = lambda name, common, devices: iter(())
+
+
+def planning_of(strategy: str) -> StrategyPlanning | None:
+    """The planning ``strategy``'s definition names (or inherits), None if it names none."""
+    source = getattr(STRATEGIES[strategy], "planning", None)
+    if source is None:
+        return None
+    module, _, name = source.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def predicted_strategies() -> tuple[str, ...]:
+    """Every registered strategy the planner predicts, in the registry's order."""
+    return tuple(name for name in STRATEGIES.names() if planning_of(name) is not None)
+
+
+def _bucket_bytes(config: RunConfig) -> int:
+    return int(config.options.get("bucket_mb", DEFAULT_BUCKET_BYTES / 2**20) * 2**20)
+
+
+# one-device ---------------------------------------------------------------------------------
+
+
+def _one_device(config, model, optimizer, costs, devices) -> StepPrograms:
+    return one_device_step(model, optimizer, config.batch_size, config.dtype, devices[0], costs)
+
+
+def _single(name: str, common: dict, devices: int) -> Iterator[RunConfig]:
+    yield RunConfig(strategy=name, **common)
+
+
+ONE_DEVICE = StrategyPlanning(_one_device, _single)
+
+
+# mirrored and multi-worker mirrored ---------------------------------------------------------
+
+
+def _mirrored(config, model, optimizer, costs, devices) -> StepPrograms:
+    strategy = STRATEGIES[config.strategy]
+    # ``auto`` is the ring on CPUs; NCCL's all-reduce is a ring too (its large-message
+    # algorithm within a host), over the links calibration measured.
+    algorithm = strategy.algorithm(config, "cpu")
+    algorithm = "ring" if algorithm == "nccl" else algorithm
+    groups = None
+    if algorithm == "hierarchical-copy" and costs.cluster is not None:
+        groups = costs.cluster.hosts_of(devices)  # a described cluster's hosts
+    elif algorithm == "hierarchical-copy":
+        # The groups the run forms: by the workers' hosts (the even groups the strategy asks
+        # for when they share one).
+        addresses = [costs.device_addresses.get(device, "127.0.0.1:0") for device in devices]
+        ranks = strategy.groups(config, addresses)
+        groups = [[devices[rank] for rank in group] for group in ranks]
+    return mirrored_step(
+        model,
+        optimizer,
+        config.batch_size,
+        config.dtype,
+        devices,
+        costs,
+        algorithm,
+        groups,
+        _bucket_bytes(config),
+        parse_compression(config.options.get("compression", "none")),
+    )
+
+
+def _mirrored_candidates(name: str, common: dict, devices: int) -> Iterator[RunConfig]:
+    if devices < 2:
+        return
+    for algorithm in ALLREDUCE_CHOICES:
+        yield RunConfig(strategy=name, devices=devices, allreduce=algorithm, **common)
+    for compression in COMPRESSION_CHOICES:
+        yield RunConfig(
+            strategy=name, devices=devices, allreduce="ring", compression=compression, **common
+        )
+
+
+MIRRORED = StrategyPlanning(_mirrored, _mirrored_candidates)
+# Across hosts (--hosts): predicted when asked, on a described or calibrated cluster.
+MULTI_WORKER_MIRRORED = StrategyPlanning(_mirrored)
+
+
+# central storage ----------------------------------------------------------------------------
+
+
+def _central_storage(config, model, optimizer, costs, devices) -> StepPrograms:
+    if config.options.get("compression", "none") != "none":
+        raise PlanningError(
+            f"--compression {config.options['compression']}: predicted for mirrored and "
+            "multi-worker-mirrored all-reduces, not yet for central storage's pushes"
+        )
+    return central_storage_step(
+        model, optimizer, config.batch_size, config.dtype, devices, costs, _bucket_bytes(config)
+    )
+
+
+def _replicated(name: str, common: dict, devices: int) -> Iterator[RunConfig]:
+    if devices >= 2:
+        yield RunConfig(strategy=name, devices=devices, **common)
+
+
+CENTRAL_STORAGE = StrategyPlanning(_central_storage, _replicated)
+
+
+# parameter servers --------------------------------------------------------------------------
+
+
+def _parameter_server(config, model, optimizer, costs, devices) -> StepPrograms:
+    workers, shards = devices[: config.devices], devices[config.devices :]
+    return parameter_server_step(
+        model,
+        optimizer,
+        config.batch_size,
+        config.dtype,
+        workers,
+        shards,
+        costs,
+        config.ps_partition_min_bytes,
+        synchronous=config.mode == "sync",
+    )
+
+
+def _parameter_server_candidates(name: str, common: dict, devices: int) -> Iterator[RunConfig]:
+    if devices < 2:
+        return
+    for shards in SHARD_CHOICES:
+        yield RunConfig(strategy=name, devices=devices, ps=shards, mode="sync", **common)
+    # Async: no worker waits for another (its steps train on stale variables: see staleness).
+    yield RunConfig(strategy=name, devices=devices, ps=1, mode="async", **common)
+
+
+PARAMETER_SERVER = StrategyPlanning(_parameter_server, _parameter_server_candidates)
+
+
+# model parallelism and pipelines ------------------------------------------------------------
+
+
+def _model_parallel(config, model, optimizer, costs, devices) -> StepPrograms:
+    return model_parallel_step(
+        model, optimizer, config.batch_size, config.dtype, devices, costs, config.placement
+    )
+
+
+# With more devices than layers these are refused, and listed with the reason.
+MODEL_PARALLEL = StrategyPlanning(_model_parallel, _replicated)
+
+
+def _pipeline(config, model, optimizer, costs, devices) -> StepPrograms:
+    return pipeline_step(
+        model,
+        optimizer,
+        config.batch_size,
+        config.dtype,
+        devices,
+        costs,
+        config.microbatches,
+        config.schedule,
+    )
+
+
+def _pipeline_candidates(name: str, common: dict, devices: int) -> Iterator[RunConfig]:
+    if devices < 2:
+        return
+    for schedule in ("gpipe", "1f1b"):
+        for microbatches in MICROBATCH_CHOICES:
+            yield RunConfig(
+                strategy=name,
+                devices=devices,
+                stages=devices,
+                microbatches=microbatches,
+                schedule=schedule,
+                **common,
+            )
+
+
+PIPELINE = StrategyPlanning(_pipeline, _pipeline_candidates)
+
+
+def _hybrid(config, model, optimizer, costs, devices) -> StepPrograms:
+    return hybrid_step(
+        model,
+        optimizer,
+        config.batch_size,
+        config.dtype,
+        devices,
+        costs,
+        config.stages,
+        config.microbatches,
+        config.schedule,
+        parse_compression(config.options.get("compression", "none")),
+    )
+
+
+def _hybrid_candidates(name: str, common: dict, devices: int) -> Iterator[RunConfig]:
+    """Every mesh of at least 2 replicas x 2 stages that ``devices`` divides into, 1F1B with
+    twice as many micro-batches as stages (a bubble of at most a third of the step): one row
+    per mesh, so the table stays quick at thousands of devices."""
+    for stages in range(2, devices // 2 + 1):
+        if devices % stages == 0:
+            yield RunConfig(
+                strategy=name,
+                devices=devices,
+                stages=stages,
+                microbatches=2 * stages,
+                schedule="1f1b",
+                **common,
+            )
+
+
+HYBRID = StrategyPlanning(_hybrid, _hybrid_candidates)
