@@ -9,7 +9,21 @@ import os
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+from tests import integration
 from workbench.store import STORE_ENVIRONMENT
+
+
+@pytest.hookimpl(tryfirst=True)  # before the -m filter reads the markers
+def pytest_collection_modifyitems(config, items):
+    integration.mark(items)
+
+
+@pytest.fixture(autouse=True)
+def quick_loop_guard(request, monkeypatch):
+    """In the quick loop (``-m "not integration"``) an unmarked test that starts a cluster or
+    a process fails, naming the marker."""
+    if integration.leaves_out(request.config.option.markexpr):
+        integration.guard(monkeypatch)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -122,6 +122,7 @@ def _lint_imports() -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.integration
 def test_every_package_is_in_a_layer_and_the_layers_hold():
     tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11+")
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
@@ -144,6 +145,7 @@ def test_every_package_is_in_a_layer_and_the_layers_hold():
     assert "0 broken" in result.stdout
 
 
+@pytest.mark.integration
 def test_an_upward_import_breaks_the_layers(tmp_path):
     """A scratch module in a low layer that imports a front end makes lint-imports fail,
     naming the import: the contracts are not vacuous."""

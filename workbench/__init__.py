@@ -31,8 +31,6 @@ from workbench.models.strategy_scope import (
     register_weights,
 )
 
-__version__ = "0.1.0"
-
 # Where each public name lives; imported on first use (PEP 562).
 _API: dict[str, str] = {
     **dict.fromkeys(
@@ -125,7 +123,21 @@ def _strategy_classes() -> dict[str, type]:
     return strategy_classes()  # MirroredStrategy, ParameterServerStrategy, ...
 
 
+def _installed_version() -> str:
+    # The one version is extension/package.json's; the build writes it into the installed
+    # metadata (pyproject.toml, [tool.hatch.version]), read here only when asked for.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dtrain-workbench")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value = globals()[name] = _installed_version()
+        return value
     if name in _API:
         value = getattr(importlib.import_module(_API[name]), name)
         globals()[name] = value  # later lookups skip this function

@@ -22,7 +22,10 @@ export type RunState =
   | 'damaged';
 
 /** The states in which a run still changes, so the sidebar keeps polling quickly. */
-export const LIVE_STATES: ReadonlySet<string> = new Set(['running', 'stopping']);
+export const LIVE_STATES: ReadonlySet<string> = new Set([
+  'running',
+  'stopping'
+]);
 
 /** One run as `GET workbench/api/runs` lists it. */
 export interface IRun {
@@ -130,7 +133,9 @@ function numberList(value: unknown): number[] {
 /** The non-empty strings of a list (anything else: none). */
 function stringList(value: unknown): string[] {
   return Array.isArray(value)
-    ? value.filter((item): item is string => typeof item === 'string' && item.length > 0)
+    ? value.filter(
+        (item): item is string => typeof item === 'string' && item.length > 0
+      )
     : [];
 }
 
@@ -168,13 +173,21 @@ export function parseRun(raw: unknown): IRun | null {
 
 /** A cluster record, or null when it has no address. */
 export function parseCluster(raw: unknown): ICluster | null {
-  if (!isObject(raw) || typeof raw.address !== 'string' || raw.address.length === 0) {
+  if (
+    !isObject(raw) ||
+    typeof raw.address !== 'string' ||
+    raw.address.length === 0
+  ) {
     return null;
   }
   const runs = Array.isArray(raw.runs)
     ? raw.runs.filter((id): id is string => typeof id === 'string')
     : [];
-  return { address: raw.address, dashboardLink: stringOrNull(raw.dashboard_link), runs };
+  return {
+    address: raw.address,
+    dashboardLink: stringOrNull(raw.dashboard_link),
+    runs
+  };
 }
 
 /** Parse a list field (`runs`, `clusters`) of a response, dropping malformed entries. */
@@ -195,7 +208,10 @@ export function parseList<T>(
  * training while its summary is still to come (no end time yet).
  */
 export function isLive(run: IRun): boolean {
-  return LIVE_STATES.has(run.state) || (run.state === 'finished' && run.ended === null);
+  return (
+    LIVE_STATES.has(run.state) ||
+    (run.state === 'finished' && run.ended === null)
+  );
 }
 
 /** A short human message for any error thrown by {@link requestAPI}. */

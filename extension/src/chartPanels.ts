@@ -12,7 +12,12 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { workbenchIcon } from './icons';
 
 /** The chart pages the server renders for a run, in the order they dock. */
-export const CHART_PAGES = ['loss', 'utilization', 'timeline', 'communication'] as const;
+export const CHART_PAGES = [
+  'loss',
+  'utilization',
+  'timeline',
+  'communication'
+] as const;
 export type ChartPage = (typeof CHART_PAGES)[number];
 
 export function isChartPage(value: unknown): value is ChartPage {
@@ -33,8 +38,18 @@ interface IPlacement {
 }
 
 /** The URL of a run's chart page. */
-export function chartUrl(baseUrl: string, runId: string, page: ChartPage): string {
-  return URLExt.join(baseUrl, 'workbench/runs', encodeURIComponent(runId), 'charts', page);
+export function chartUrl(
+  baseUrl: string,
+  runId: string,
+  page: ChartPage
+): string {
+  return URLExt.join(
+    baseUrl,
+    'workbench/runs',
+    encodeURIComponent(runId),
+    'charts',
+    page
+  );
 }
 
 /** A run id without its date-time prefix (`20261123-012737-mirrored-fb4ea9` -> `mirrored-fb4ea9`). */
@@ -60,8 +75,11 @@ export class RunChartPanels {
 
   /** The open panels of a run, in page order (closed ones left out). */
   panels(runId: string): MainAreaWidget<IFrame>[] {
-    return CHART_PAGES.map(page => this._open.get(chartPanelId(runId, page))).filter(
-      (panel): panel is MainAreaWidget<IFrame> => panel !== undefined && !panel.isDisposed
+    return CHART_PAGES.map(page =>
+      this._open.get(chartPanelId(runId, page))
+    ).filter(
+      (panel): panel is MainAreaWidget<IFrame> =>
+        panel !== undefined && !panel.isDisposed
     );
   }
 
@@ -71,7 +89,10 @@ export class RunChartPanels {
    *
    * @returns the run's panels, in page order
    */
-  open(runId: string, pages: ReadonlyArray<ChartPage> = CHART_PAGES): MainAreaWidget<IFrame>[] {
+  open(
+    runId: string,
+    pages: ReadonlyArray<ChartPage> = CHART_PAGES
+  ): MainAreaWidget<IFrame>[] {
     let first: MainAreaWidget<IFrame> | null = null;
     for (const page of pages) {
       const id = chartPanelId(runId, page);
@@ -98,14 +119,17 @@ export class RunChartPanels {
    * run, or the launcher), in the same tab bar.
    */
   private _placement(): IPlacement {
-    const charts = Array.from(this._open.values()).filter(panel => panel.isAttached);
+    const charts = Array.from(this._open.values()).filter(
+      panel => panel.isAttached
+    );
     const last = charts[charts.length - 1];
     if (last) {
       return { mode: 'tab-after', ref: last.id };
     }
     const open = Array.from(this._app.shell.widgets('main'));
     const current = this._app.shell.currentWidget;
-    const reference = current && open.includes(current) ? current : open[open.length - 1];
+    const reference =
+      current && open.includes(current) ? current : open[open.length - 1];
     return reference ? { mode: 'tab-after', ref: reference.id } : {};
   }
 

@@ -11,7 +11,10 @@ const svg = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" view
   </g>
 </svg>`;
 
-export const workbenchIcon = new LabIcon({ name: 'dtrain-workbench:icon', svgstr: svg });
+export const workbenchIcon = new LabIcon({
+  name: 'dtrain-workbench:icon',
+  svgstr: svg
+});
 
 /**
  * The launcher card's picture: the same ring of four devices, in colour, around a falling loss

@@ -8,12 +8,19 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, InputDialog, Notification } from '@jupyterlab/apputils';
+import {
+  ICommandPalette,
+  InputDialog,
+  Notification
+} from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { ILauncher } from '@jupyterlab/launcher';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
-import { ReadonlyJSONObject, ReadonlyPartialJSONObject } from '@lumino/coreutils';
+import {
+  ReadonlyJSONObject,
+  ReadonlyPartialJSONObject
+} from '@lumino/coreutils';
 
 import { IRun } from './api';
 import { isChartPage, RunChartPanels } from './chartPanels';
@@ -38,10 +45,17 @@ export const STARTER_CELLS = [
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
-  description: 'Distributed training sidebar, run charts and Stop for the dtrain workbench.',
+  description:
+    'Distributed training sidebar, run charts and Stop for the dtrain workbench.',
   autoStart: true,
   requires: [IDocumentManager],
-  optional: [ICommandPalette, ILauncher, ISettingRegistry, INotebookTracker, ILayoutRestorer],
+  optional: [
+    ICommandPalette,
+    ILauncher,
+    ISettingRegistry,
+    INotebookTracker,
+    ILayoutRestorer
+  ],
   activate: (
     app: JupyterFrontEnd,
     docManager: IDocumentManager,
@@ -67,12 +81,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer?.add(sidebar, sidebar.id);
 
     commands.addCommand(CommandIDs.openRun, {
-      label: args => (args.runId ? `Open Charts of Run ${String(args.runId)}` : 'Open Run Charts…'),
+      label: args =>
+        args.runId
+          ? `Open Charts of Run ${String(args.runId)}`
+          : 'Open Run Charts…',
       caption: 'Show the live charts of a training run in the main area',
       icon: workbenchIcon,
       describedBy: runIdSchema('The run to open; asks for one when left out'),
       execute: async args => {
-        const runId = stringArg(args, 'runId') ?? (await pickRun(model, 'Open the charts of run'));
+        const runId =
+          stringArg(args, 'runId') ??
+          (await pickRun(model, 'Open the charts of run'));
         const page = stringArg(args, 'page'); // one page only: how the restorer reopens them
         if (runId) {
           charts.open(runId, isChartPage(page) ? [page] : undefined);
@@ -90,13 +109,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
 
     commands.addCommand(CommandIDs.stopRun, {
-      label: args => (args.runId ? `Stop Run ${String(args.runId)}` : 'Stop a Training Run…'),
+      label: args =>
+        args.runId ? `Stop Run ${String(args.runId)}` : 'Stop a Training Run…',
       caption: 'Stop a live training run after the step in flight',
-      describedBy: runIdSchema('The run to stop; asks for one of the live runs when left out'),
+      describedBy: runIdSchema(
+        'The run to stop; asks for one of the live runs when left out'
+      ),
       isEnabled: args => {
         const runId = stringArg(args, 'runId');
         const run = runId ? model.run(runId) : undefined;
-        return runId ? run === undefined || run.state === 'running' : model.hasLiveRuns;
+        return runId
+          ? run === undefined || run.state === 'running'
+          : model.hasLiveRuns;
       },
       execute: async args => {
         const runId =
@@ -115,8 +139,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     commands.addCommand(CommandIDs.newNotebook, {
       label: args =>
-        args.isLauncher ? 'Distributed Training' : 'New Distributed Training Notebook',
-      caption: 'A new notebook that loads the workbench and starts a mirrored run on two devices',
+        args.isLauncher
+          ? 'Distributed Training'
+          : 'New Distributed Training Notebook',
+      caption:
+        'A new notebook that loads the workbench and starts a mirrored run on two devices',
       icon: workbenchIcon,
       execute: async () => {
         const panel = await createStarterNotebook(app, docManager, notebooks);
@@ -150,7 +177,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         .load(PLUGIN_ID)
         .then(settings => {
           const apply = (): void => {
-            model.refreshInterval = settings.get('refreshInterval').composite as number;
+            model.refreshInterval = settings.get('refreshInterval')
+              .composite as number;
           };
           apply();
           settings.changed.connect(apply);
@@ -171,7 +199,10 @@ function runIdSchema(description: string): { args: ReadonlyJSONObject } {
   };
 }
 
-function stringArg(args: ReadonlyPartialJSONObject, name: string): string | null {
+function stringArg(
+  args: ReadonlyPartialJSONObject,
+  name: string
+): string | null {
   const value = args[name];
   return typeof value === 'string' && value.length > 0 ? value : null;
 }
@@ -204,7 +235,11 @@ async function createStarterNotebook(
 ): Promise<NotebookPanel | null> {
   const model = await docManager.newUntitled({ type: 'notebook', path: '' });
   const kernelName = app.serviceManager.kernelspecs.specs?.default;
-  const opened = docManager.open(model.path, 'Notebook', kernelName ? { name: kernelName } : {});
+  const opened = docManager.open(
+    model.path,
+    'Notebook',
+    kernelName ? { name: kernelName } : {}
+  );
   const panel =
     opened instanceof NotebookPanel
       ? opened
@@ -219,7 +254,11 @@ async function createStarterNotebook(
       shared.deleteCellRange(0, shared.cells.length);
       shared.insertCells(
         0,
-        STARTER_CELLS.map(source => ({ cell_type: 'code', source, metadata: {} }))
+        STARTER_CELLS.map(source => ({
+          cell_type: 'code',
+          source,
+          metadata: {}
+        }))
       );
     });
   }

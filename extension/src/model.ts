@@ -57,8 +57,11 @@ const MINIMUM_GAP = 0.25;
 
 export class RunsModel implements IDisposable {
   constructor(options: RunsModel.IOptions = {}) {
-    this.serverSettings = options.serverSettings ?? ServerConnection.makeSettings();
-    this._refreshInterval = clampInterval(options.refreshInterval ?? DEFAULT_REFRESH_INTERVAL);
+    this.serverSettings =
+      options.serverSettings ?? ServerConnection.makeSettings();
+    this._refreshInterval = clampInterval(
+      options.refreshInterval ?? DEFAULT_REFRESH_INTERVAL
+    );
     this._idleFactor = Math.max(1, options.idleFactor ?? DEFAULT_IDLE_FACTOR);
     this._poll = new Poll({
       auto: false,
@@ -169,14 +172,19 @@ export class RunsModel implements IDisposable {
       );
       const updated = parseRun(body);
       if (updated && !this._isDisposed) {
-        this._runs = this._runs.map(run => (run.id === updated.id ? updated : run));
+        this._runs = this._runs.map(run =>
+          run.id === updated.id ? updated : run
+        );
         this._poll.frequency = this._frequency();
         this._changed.emit();
       }
       void this.refresh();
       return { ok: true, message: `Asked run ${runId} to stop` };
     } catch (error) {
-      return { ok: false, message: `Could not stop run ${runId}: ${describeError(error)}` };
+      return {
+        ok: false,
+        message: `Could not stop run ${runId}: ${describeError(error)}`
+      };
     }
   }
 
@@ -236,14 +244,20 @@ export class RunsModel implements IDisposable {
    */
   private _frequency(elapsed = 0): IPoll.Frequency {
     const idle = this._refreshInterval * this._idleFactor;
-    const live = Math.max(this._refreshInterval - elapsed, this._refreshInterval * MINIMUM_GAP);
+    const live = Math.max(
+      this._refreshInterval - elapsed,
+      this._refreshInterval * MINIMUM_GAP
+    );
     const interval =
       this.hasLiveRuns || this._status === 'loading'
         ? Math.round(live)
         : Number.isFinite(idle)
           ? Math.min(idle, Poll.MAX_INTERVAL)
           : Poll.NEVER;
-    const max = interval === Poll.NEVER ? Poll.NEVER : Math.max(interval, MAXIMUM_BACKOFF);
+    const max =
+      interval === Poll.NEVER
+        ? Poll.NEVER
+        : Math.max(interval, MAXIMUM_BACKOFF);
     return { interval, backoff: true, max };
   }
 

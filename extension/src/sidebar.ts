@@ -33,13 +33,21 @@ export class RunsSidebar extends Widget {
     this.title.caption = 'Distributed training';
 
     const header = element('header', 'jp-WorkbenchSidebar-header');
-    header.append(element('h2', 'jp-WorkbenchSidebar-title', 'Distributed training'));
+    header.append(
+      element('h2', 'jp-WorkbenchSidebar-title', 'Distributed training')
+    );
     const actions = element('div', 'jp-WorkbenchSidebar-actions');
     if (options.newNotebook) {
-      actions.append(button('New notebook', 'jp-WorkbenchSidebar-new', options.newNotebook));
+      actions.append(
+        button('New notebook', 'jp-WorkbenchSidebar-new', options.newNotebook)
+      );
     }
     actions.append(
-      button('Refresh', 'jp-WorkbenchSidebar-refresh', () => void options.model.refresh())
+      button(
+        'Refresh',
+        'jp-WorkbenchSidebar-refresh',
+        () => void options.model.refresh()
+      )
     );
     header.append(actions);
 
@@ -117,7 +125,9 @@ export class RunsSidebar extends Widget {
       parts.push(`Cannot load runs: ${model.error ?? 'unknown error'}`);
       isError = true;
     }
-    const about = this._notice?.runId ? model.run(this._notice.runId) : undefined;
+    const about = this._notice?.runId
+      ? model.run(this._notice.runId)
+      : undefined;
     if (about && !isLive(about)) {
       this._notice = null; // the run has stopped: its row says so now
     }
@@ -133,9 +143,15 @@ export class RunsSidebar extends Widget {
   private _renderClusters(clusters: ReadonlyArray<ICluster>): void {
     const items = clusters.map(cluster => {
       const item = element('li', 'jp-WorkbenchSidebar-cluster');
-      item.append(element('span', 'jp-WorkbenchSidebar-address', cluster.address));
+      item.append(
+        element('span', 'jp-WorkbenchSidebar-address', cluster.address)
+      );
       if (cluster.dashboardLink) {
-        const link = element('a', 'jp-WorkbenchSidebar-dashboard', 'Dask dashboard');
+        const link = element(
+          'a',
+          'jp-WorkbenchSidebar-dashboard',
+          'Dask dashboard'
+        );
         link.href = cluster.dashboardLink;
         link.target = '_blank';
         link.rel = 'noopener noreferrer';
@@ -143,33 +159,47 @@ export class RunsSidebar extends Widget {
       }
       const count = cluster.runs.length;
       item.append(
-        element('span', 'jp-WorkbenchSidebar-muted', `${count} run${count === 1 ? '' : 's'}`)
+        element(
+          'span',
+          'jp-WorkbenchSidebar-muted',
+          `${count} run${count === 1 ? '' : 's'}`
+        )
       );
       return item;
     });
     if (items.length === 0) {
-      items.push(element('li', 'jp-WorkbenchSidebar-empty', 'No cluster running'));
+      items.push(
+        element('li', 'jp-WorkbenchSidebar-empty', 'No cluster running')
+      );
     }
     this._clusterList.replaceChildren(...items);
   }
 
   private _renderRuns(runs: ReadonlyArray<IRun>, loading: boolean): void {
     if (runs.length === 0) {
-      const text = loading ? 'Loading…' : 'No runs yet: start one with %dtrain in a notebook';
+      const text = loading
+        ? 'Loading…'
+        : 'No runs yet: start one with %dtrain in a notebook';
       this._rows.clear();
-      this._runList.replaceChildren(element('li', 'jp-WorkbenchSidebar-empty', text));
+      this._runList.replaceChildren(
+        element('li', 'jp-WorkbenchSidebar-empty', text)
+      );
       return;
     }
     const rows = runs.map(run => {
       const row =
-        this._rows.get(run.id) ?? createRunRow(run.id, this._options.model.serverSettings.baseUrl);
+        this._rows.get(run.id) ??
+        createRunRow(run.id, this._options.model.serverSettings.baseUrl);
       updateRunRow(row, run);
       return row;
     });
     this._rows = new Map(rows.map(row => [row.dataset.runId ?? '', row]));
     // Only touch the DOM order when it changed, so a focused row keeps its focus.
     const current = Array.from(this._runList.children);
-    if (current.length !== rows.length || rows.some((row, index) => current[index] !== row)) {
+    if (
+      current.length !== rows.length ||
+      rows.some((row, index) => current[index] !== row)
+    ) {
       this._runList.replaceChildren(...rows);
     }
   }
@@ -205,7 +235,11 @@ export class RunsSidebar extends Widget {
   private _clusterList: HTMLElement;
   private _runList: HTMLElement;
   private _rows = new Map<string, HTMLElement>();
-  private _notice: { message: string; isError: boolean; runId: string | null } | null = null;
+  private _notice: {
+    message: string;
+    isError: boolean;
+    runId: string | null;
+  } | null = null;
   private _noticeTimer = 0;
 }
 
@@ -229,7 +263,12 @@ const FIELD_TITLES: Record<string, string> = {
 
 /** The exports of a run the server offers: [endpoint, link text, file name suffix, tooltip]. */
 const EXPORTS: ReadonlyArray<[string, string, string, string]> = [
-  ['trace', 'Chrome trace', 'trace.json', 'The timeline for chrome://tracing or Perfetto'],
+  [
+    'trace',
+    'Chrome trace',
+    'trace.json',
+    'The timeline for chrome://tracing or Perfetto'
+  ],
   ['scalars.csv', 'CSV', 'scalars.csv', 'Loss and the other per-step scalars']
 ];
 
@@ -261,7 +300,12 @@ function createRunRow(runId: string, baseUrl: string): HTMLElement {
   for (const [endpoint, text, suffix, tooltip] of EXPORTS) {
     const link = element('a', 'jp-WorkbenchRun-export', text);
     // Same origin: the browser's Jupyter login cookie authenticates the download.
-    link.href = URLExt.join(baseUrl, 'workbench/api/runs', encodeURIComponent(runId), endpoint);
+    link.href = URLExt.join(
+      baseUrl,
+      'workbench/api/runs',
+      encodeURIComponent(runId),
+      endpoint
+    );
     link.download = `${runId}-${suffix}`;
     link.title = tooltip;
     exports.append(link);
@@ -273,14 +317,7 @@ function createRunRow(runId: string, baseUrl: string): HTMLElement {
   faults.hidden = true;
   const problem = element('div', 'jp-WorkbenchRun-problem');
   problem.hidden = true;
-  row.append(
-    head,
-    fields,
-    faults,
-    problem,
-    idLine,
-    exports
-  );
+  row.append(head, fields, faults, problem, idLine, exports);
   return row;
 }
 
@@ -303,14 +340,22 @@ function updateRunRow(row: HTMLElement, run: IRun): void {
   setTitle(
     row,
     '.jp-WorkbenchRun-deviceCount',
-    run.devices === null ? 'devices unknown' : `${run.devices} device${run.devices === 1 ? '' : 's'}`
+    run.devices === null
+      ? 'devices unknown'
+      : `${run.devices} device${run.devices === 1 ? '' : 's'}`
   );
   const step =
-    run.steps !== null ? `${formatCount(run.step)}/${formatCount(run.steps)}` : formatCount(run.step);
+    run.steps !== null
+      ? `${formatCount(run.step)}/${formatCount(run.steps)}`
+      : formatCount(run.step);
   setText(row, '.jp-WorkbenchRun-step', step);
   setTitle(row, '.jp-WorkbenchRun-step', `step ${step}`);
   setText(row, '.jp-WorkbenchRun-loss', formatLoss(run.loss));
-  setTitle(row, '.jp-WorkbenchRun-loss', run.loss === null ? 'no loss yet' : `loss ${run.loss}`);
+  setTitle(
+    row,
+    '.jp-WorkbenchRun-loss',
+    run.loss === null ? 'no loss yet' : `loss ${run.loss}`
+  );
   setText(row, '.jp-WorkbenchRun-speed', formatSpeed(run.samplesPerSecond));
   updateFaults(row, run);
   updateProblem(row, run);
@@ -343,13 +388,19 @@ function updateProblem(row: HTMLElement, run: IRun): void {
   node.hidden = summary.length === 0;
   const notes: string[] = [];
   if (run.damage !== null) {
-    notes.push('The run store could not read this run; its other fields may be missing');
+    notes.push(
+      'The run store could not read this run; its other fields may be missing'
+    );
   }
   if (run.nonFinite.length > 0) {
-    notes.push('These values were NaN or infinite (a diverged run) and show as –');
+    notes.push(
+      'These values were NaN or infinite (a diverged run) and show as –'
+    );
   }
   if (run.failureReasons.length > 0) {
-    notes.push(`Why the run failed or restarted:\n${run.failureReasons.join('\n')}`);
+    notes.push(
+      `Why the run failed or restarted:\n${run.failureReasons.join('\n')}`
+    );
   }
   node.title = notes.join('\n');
   row.classList.toggle('jp-mod-damaged', run.damage !== null);
@@ -382,7 +433,9 @@ export function recoveryTooltip(run: IRun): string {
   if (run.recoverySeconds.length === 0) {
     return 'Failures, restarts from a checkpoint and dropped gradient pushes';
   }
-  const times = run.recoverySeconds.map(seconds => `${seconds.toFixed(1)} s`).join(', ');
+  const times = run.recoverySeconds
+    .map(seconds => `${seconds.toFixed(1)} s`)
+    .join(', ');
   return `Recovery took ${times}`;
 }
 
@@ -405,7 +458,9 @@ function formatLoss(value: number | null): string {
   if (value === null) {
     return '–';
   }
-  return value !== 0 && Math.abs(value) < 0.001 ? value.toExponential(2) : value.toPrecision(4);
+  return value !== 0 && Math.abs(value) < 0.001
+    ? value.toExponential(2)
+    : value.toPrecision(4);
 }
 
 function formatSpeed(value: number | null): string {
@@ -442,8 +497,16 @@ function element<K extends keyof HTMLElementTagNameMap>(
   return node;
 }
 
-function button(label: string, className: string, onClick?: () => void): HTMLButtonElement {
-  const node = element('button', `jp-Button jp-mod-styled jp-mod-small ${className}`, label);
+function button(
+  label: string,
+  className: string,
+  onClick?: () => void
+): HTMLButtonElement {
+  const node = element(
+    'button',
+    `jp-Button jp-mod-styled jp-mod-small ${className}`,
+    label
+  );
   node.type = 'button';
   if (onClick) {
     node.addEventListener('click', onClick);

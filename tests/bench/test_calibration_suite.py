@@ -10,6 +10,8 @@ import pytest
 from workbench.bench import calibration_suite
 from workbench.bench.command import bench_command
 
+pytestmark = pytest.mark.integration
+
 
 def test_calibrating_runs_report_their_measuring_and_the_others_none():
     buffer = io.StringIO()

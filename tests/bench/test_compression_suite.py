@@ -17,6 +17,8 @@ import pytest
 from tests.parallel.conftest import no_leftover_processes  # noqa: F401 (a fixture)
 from workbench.bench import bench_command, compression_suite
 
+pytestmark = pytest.mark.integration
+
 FLAGS = ["compression", "--hidden", "16", "--epochs", "1"]
 
 

@@ -137,6 +137,7 @@ def _check_timed(result: dict, names) -> None:
         assert len(row["runs"]) == 1
 
 
+@pytest.mark.integration
 def test_ddp_suite_reports_every_contender(results):
     result = results["ddp"]
     assert {"suite", "settings", "contenders", "ratios"} <= set(result)
@@ -165,6 +166,7 @@ def test_ddp_suite_reports_every_contender(results):
         assert run["bytes_communicated"] == (expected if devices > 1 else 0)
 
 
+@pytest.mark.integration
 @needs_torch
 def test_ddp_suite_times_the_pytorch_peers(results):
     result = results["ddp"]
@@ -180,6 +182,7 @@ def test_ddp_suite_times_the_pytorch_peers(results):
     assert result["ratios"]["one_device_over_torch_throughput"]["median"] > 0
 
 
+@pytest.mark.integration
 @without_torch
 def test_without_torch_the_ddp_rows_say_why(results):
     result = results["ddp"]
@@ -189,6 +192,7 @@ def test_without_torch_the_ddp_rows_say_why(results):
     assert result["ratios"]["workbench_over_ddp_throughput"] is None
 
 
+@pytest.mark.integration
 def test_allreduce_suite_reports_fraction_of_bound(results):
     result = results["allreduce"]
     assert result["settings"]["workers"] == [2] and result["settings"]["repeats"] == 2
@@ -222,6 +226,7 @@ def test_allreduce_suite_reports_fraction_of_bound(results):
         assert row["shift_bound_ms"] == pytest.approx(steps * row["shift_ms"]["median"])
 
 
+@pytest.mark.integration
 @needs_torch
 def test_allreduce_suite_times_gloo_against_its_own_bound(results):
     for row in results["allreduce"]["rows"]:
@@ -237,6 +242,7 @@ def test_allreduce_suite_times_gloo_against_its_own_bound(results):
         )
 
 
+@pytest.mark.integration
 @without_torch
 def test_without_torch_the_gloo_rows_say_why(results):
     for row in results["allreduce"]["rows"]:
@@ -244,6 +250,7 @@ def test_without_torch_the_gloo_rows_say_why(results):
         assert row["gloo"]["reason"] == torch_reference.TORCH_MISSING
 
 
+@pytest.mark.integration
 def test_overhead_suite_reports_overhead_per_strategy(results):
     result = results["overhead"]
     settings = result["settings"]
@@ -267,6 +274,7 @@ def test_overhead_suite_reports_overhead_per_strategy(results):
     assert result["contenders"]["one_device"]["devices"] == 1
 
 
+@pytest.mark.integration
 def test_bubble_suite_compares_both_schedules_with_the_formula(results):
     result = results["bubble"]
     assert result["settings"]["hidden"] == [32, 32] and result["target_points"] == 5.0
@@ -282,6 +290,7 @@ def test_bubble_suite_compares_both_schedules_with_the_formula(results):
     assert "| gpipe | 4 |" in bubble_suite.render(result)
 
 
+@pytest.mark.integration
 def test_the_markdown_reports_have_their_tables(results):
     ddp = ddp_suite.render(results["ddp"])
     assert "| contender | samples/s (median) |" in ddp and "| workbench mirrored |" in ddp
@@ -293,6 +302,7 @@ def test_the_markdown_reports_have_their_tables(results):
     assert "| workbench mirrored, 2 devices |" in overhead
 
 
+@pytest.mark.integration
 @needs_torch
 def test_the_ddp_report_compares_with_pytorch(results):
     ddp = ddp_suite.render(results["ddp"])
@@ -307,6 +317,7 @@ def test_the_suites_are_listed_and_check_their_flags(capsys):
     assert bench_command(["ddp", "--repeats", "0"]) == 2
 
 
+@pytest.mark.integration
 def test_charts_suite_measures_each_strategy_with_charts_on_and_off(results):
     result = results["charts"]
     assert [row["strategy"] for row in result["rows"]] == ["one-device", "mirrored"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from workbench.bench.e2e_suite import E2ESettings, command, render, run_e2e_suite
 
 
@@ -23,6 +25,7 @@ def test_the_commands_are_the_ones_a_user_types():
     assert {"one-device", "parameter-server", "pipeline"} <= set(overheads)
 
 
+@pytest.mark.integration
 def test_a_trial_reports_throughput_from_the_difference_of_two_whole_runs():
     settings = E2ESettings(
         short=2, long=12, trials=1, batch_size=32, contenders=("one-device",), profile=False

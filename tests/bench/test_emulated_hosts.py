@@ -16,7 +16,7 @@ from workbench.config import RunConfig
 from workbench.launch.runner import run_training
 
 REASON = why_hosts_cannot_be_emulated()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 BASE = {"steps": 12, "hidden": (32, 16), "lr_decay": "none", "dtype": "float64"}
 
 

@@ -28,6 +28,7 @@ def _positive_spread(figures: dict) -> None:
     assert figures["min"] > 0 and figures["median"] > 0
 
 
+@pytest.mark.integration
 @pytest.mark.usefixtures("no_leftover_processes")
 def test_faults_suite_measures_recovery_backups_and_an_async_straggler():
     buffer = io.StringIO()

@@ -13,6 +13,7 @@ from workbench.runtime.cluster import ships_dataset
 from workbench.store import RunStore
 
 
+@pytest.mark.integration
 def test_the_suite_reports_every_milestone_in_order(tmp_path, monkeypatch):
     monkeypatch.setenv("DTRAIN_RUN_STORE", str(tmp_path))
     settings = LatencySettings(steps=2, hidden=(16,), repeats=1, fresh_process=False)

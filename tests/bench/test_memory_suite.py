@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from workbench.bench.memory_suite import (
     MemorySettings,
     render,
@@ -20,6 +22,7 @@ def test_write_cifar10_writes_a_loadable_data_set(tmp_path):
     assert data.x_train.shape == (12, 3, 32, 32) and len(data.y_test) == 3
 
 
+@pytest.mark.integration
 def test_a_run_reports_the_peaks_of_its_client_and_each_worker():
     lines: list[str] = []
     settings = MemorySettings(steps=2, train_images=600, test_images=50)

@@ -8,6 +8,7 @@ from workbench.bench.nccl_suite import NcclSettings, render, run_nccl_suite
 pytestmark = pytest.mark.gpu_path
 
 
+@pytest.mark.integration
 def test_nccl_suite_measures_an_all_reduce_that_sums_on_every_rank(cpu_double_gpus):
     result = run_nccl_suite(NcclSettings(megabytes=1, workers=2, repeats=2, warmup=1), print)
     assert result["available"], result.get("reason")

@@ -23,6 +23,7 @@ FLAGS = ["placement", "--placement-hidden", "16", "--placement-batch", "32"]
 FLAGS += ["--placement-models", "mlp", "--train-steps", "12", "--repeats", "1"]
 
 
+@pytest.mark.integration
 @pytest.mark.usefixtures("no_leftover_processes")
 def test_placement_suite_compares_greedy_and_balanced_params_step_times(tmp_path, monkeypatch):
     monkeypatch.setenv(STORE_ENVIRONMENT, str(tmp_path))

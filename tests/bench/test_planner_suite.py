@@ -20,6 +20,7 @@ def result() -> dict:
     return json.loads(buffer.getvalue())["suites"]["planner"]
 
 
+@pytest.mark.integration
 def test_every_configuration_has_a_prediction_and_a_measurement(result):
     rows = result["rows"]
     assert len(rows) == len(planner_suite.CONFIGURATIONS)
@@ -35,12 +36,14 @@ def test_every_configuration_has_a_prediction_and_a_measurement(result):
     )
 
 
+@pytest.mark.integration
 def test_the_planner_is_timed_up_to_thousands_of_devices(result):
     devices = [row["devices"] for row in result["scale"]]
     assert devices == [8 * hosts for hosts in planner_suite.SCALE_HOSTS]
     assert all(row["configurations"] >= 5 and row["seconds"] > 0 for row in result["scale"])
 
 
+@pytest.mark.integration
 def test_the_report_has_its_tables(result):
     text = planner_suite.render(result)
     assert "| mlp | mirrored | devices=2 allreduce=ring |" in text

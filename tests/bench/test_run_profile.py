@@ -54,6 +54,7 @@ def test_the_difference_of_two_profiles_is_read_per_step():
     assert "| steady state as `bench ddp` measures it (run_training, 200 steps) | 9.00 |" in table
 
 
+@pytest.mark.integration
 def test_a_profiled_run_reports_every_part_of_a_real_cluster_run(tmp_path):
     # Steps long enough to read on CPU clocks that tick every 10 ms.
     flags = ["--strategy", "mirrored", "--devices", "2", "--hidden", "512,512"]

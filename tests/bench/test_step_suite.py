@@ -40,6 +40,7 @@ counts_faults = pytest.mark.skipif(
 )
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("settings", [TINY, StepSettings()], ids=["tiny", "reference-size"])
 def test_all_contenders_compute_the_same_step(settings):
     with open_contenders(replace(settings, isolation="none")) as (contenders, missing):
@@ -49,6 +50,7 @@ def test_all_contenders_compute_the_same_step(settings):
     assert all(np.isfinite(loss) for loss in report["losses"].values())
 
 
+@pytest.mark.integration
 def test_contenders_in_worker_processes_agree_too():
     with open_contenders(TINY) as (contenders, _):
         assert all(isinstance(contender, ProcessContender) for contender in contenders)
@@ -105,6 +107,7 @@ def step_report() -> dict:
     return json.loads(buffer.getvalue())
 
 
+@pytest.mark.integration
 def test_the_suite_runs_end_to_end_with_json(step_report):
     report = step_report
     assert set(report) == {"command", "machine", "suites"}
@@ -127,6 +130,7 @@ def test_the_suite_runs_end_to_end_with_json(step_report):
     assert ratios["workbench_over_numpy_step_time"]["met"] is None  # not the reference size
 
 
+@pytest.mark.integration
 @needs_torch
 def test_the_suite_times_torch_beside_the_others(step_report):
     result = step_report["suites"]["step"]
@@ -174,6 +178,7 @@ def test_a_burst_counts_the_page_faults_of_its_steps():
     assert idle_faults < PAGES / 8
 
 
+@pytest.mark.integration
 @counts_faults
 def test_a_worker_process_counts_its_own_page_faults():
     # The suite's default: each contender in a worker process, which must count the faults
@@ -188,6 +193,7 @@ def test_a_worker_process_counts_its_own_page_faults():
     assert idle_faults < PAGES / 8
 
 
+@pytest.mark.integration
 def test_the_suite_reports_each_contenders_faults_per_step(capsys, monkeypatch):
     # A fault counter that advances by 1000 between any two reads: every burst of 4 steps
     # then counted 1000 faults, and the report must say 250 per step for every contender
@@ -204,6 +210,7 @@ def test_the_suite_reports_each_contenders_faults_per_step(capsys, monkeypatch):
     }
 
 
+@pytest.mark.integration
 def test_without_torch_the_row_says_how_to_install_it(capsys, monkeypatch):
     missing = torch_reference.TORCH_MISSING
     monkeypatch.setattr(torch_reference, "unavailable_reason", lambda device: missing)
@@ -216,6 +223,7 @@ def test_without_torch_the_row_says_how_to_install_it(capsys, monkeypatch):
     assert result["ratios"]["workbench_over_torch_throughput"] is None
 
 
+@pytest.mark.integration
 def test_the_markdown_report_has_a_table(capsys):
     assert bench_command(["step", *TINY_FLAGS, "--isolation", "none"]) == 0
     out = capsys.readouterr().out

@@ -178,6 +178,7 @@ def test_a_failed_write_keeps_the_previous_checkpoint(
     assert [p.name for p in tmp_path.iterdir()] == (["ckpt"] if has_previous else [])
 
 
+@pytest.mark.integration
 def test_a_killed_process_between_the_renames_loses_nothing(tmp_path: Path) -> None:
     """A real crash (os._exit) after the old checkpoint was moved aside, before the new one
     moved in: nothing loads at the target, the error says where the old one is, and renaming

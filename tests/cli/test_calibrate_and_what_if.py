@@ -3,7 +3,11 @@ live cluster ranks every strategy from that calibration."""
 
 import json
 
+import pytest
+
 from workbench.cli.main import main
+
+pytestmark = pytest.mark.integration
 
 SMALL = ["--dataset", "synthetic:32:4:512", "--hidden", "32,32", "--batch-size", "64"]
 

@@ -34,6 +34,7 @@ print(json.dumps({"statuses": statuses, "heavy": heavy}))
 """
 
 
+@pytest.mark.integration
 def test_help_version_and_mistakes_import_nothing_heavy():
     done = subprocess.run(
         [sys.executable, "-c", _NOTHING_HEAVY, ",".join(HEAVY)],

@@ -23,6 +23,7 @@ def runs_by_label(report: dict) -> dict:
     return {run["label"]: run for run in report["runs"]}
 
 
+@pytest.mark.integration
 @pytest.mark.usefixtures("no_leftover_processes")
 def test_a_machine_without_a_gpu_checks_the_cpu_path(capsys, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU here, even on a GPU machine
@@ -46,6 +47,7 @@ def test_a_machine_without_a_gpu_checks_the_cpu_path(capsys, monkeypatch):
     assert "[doctor] mirrored" in err  # progress on stderr, the report alone on stdout
 
 
+@pytest.mark.integration
 @pytest.mark.gpu_path
 @pytest.mark.usefixtures("cpu_double_gpus", "no_leftover_processes")
 def test_gpus_are_reported_and_every_run_trains_on_them(capsys):
@@ -67,6 +69,7 @@ def test_gpus_are_reported_and_every_run_trains_on_them(capsys):
     assert runs["mirrored (nccl)"]["parameters_match"] is True
 
 
+@pytest.mark.integration
 @pytest.mark.gpu_path
 @pytest.mark.usefixtures("no_leftover_processes")
 def test_one_gpu_is_shared_by_itself_and_nccl_is_skipped(capsys, cpu_double_gpus):
@@ -104,6 +107,7 @@ def test_a_bad_flag_exits_2_before_anything_starts(capsys, monkeypatch, flags, f
     assert err.startswith(f"dtrain doctor: error: {field}") and allowed in err
 
 
+@pytest.mark.integration
 def test_a_failed_smoke_run_exits_1_with_its_reason_in_one_line(capsys, monkeypatch):
     def broken(config, progress):
         raise RuntimeError("the device fell over\n(a long traceback)")

@@ -13,6 +13,8 @@ import os
 import signal
 import uuid
 
+import pytest
+
 from workbench.runtime.scratch import make_scratch_directory
 from workbench.runtime.shared_memory import (
     hold_run_directory,
@@ -21,6 +23,8 @@ from workbench.runtime.shared_memory import (
     unlink_run_segments,
 )
 from workbench.store import RunStore
+
+pytestmark = pytest.mark.integration
 
 cli_main = importlib.import_module("workbench.cli.main")
 

@@ -30,6 +30,7 @@ def run_json(capsys, *flags):
     return json.loads(captured.out), captured.err
 
 
+@pytest.mark.integration
 def test_json_summary_has_the_contract_keys_and_progress_goes_to_stderr(capsys):
     summary, err = run_json(capsys, "--steps", "30", "--hidden", "32")
     assert set(summary) >= JSON_KEYS
@@ -88,6 +89,7 @@ def test_bad_save_directory_is_refused_before_training(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+@pytest.mark.integration
 def test_console_script_runs_end_to_end(tmp_path):
     script = shutil.which("dtrain") or str(sys.executable).replace("python", "dtrain")
     done = subprocess.run(
@@ -101,6 +103,7 @@ def test_console_script_runs_end_to_end(tmp_path):
     assert json.loads(done.stdout)["steps"] == 5
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("model", ["mlp", "cnn"])
 def test_ten_epochs_on_digits_reach_97_percent(capsys, model):
     summary, _ = run_json(
@@ -232,6 +235,7 @@ def test_plan_of_a_strategy_without_a_client_graph_names_those_with_one(capsys):
     assert "--strategy" in err and "--replication in-graph" in err
 
 
+@pytest.mark.integration
 def test_plan_prints_placement_partitions_and_send_recv_pairs(capsys):
     assert main(["plan", "--strategy", "model-parallel", "--devices", "2", "--hidden", "32"]) == 0
     out = capsys.readouterr().out
@@ -239,6 +243,7 @@ def test_plan_prints_placement_partitions_and_send_recv_pairs(capsys):
     assert "send" in out and "recv" in out and "->" in out
 
 
+@pytest.mark.integration
 def test_a_command_line_run_is_recorded_in_the_run_store(tmp_path, monkeypatch, capsys):
     from workbench.store import STORE_ENVIRONMENT, RunStore
 
@@ -260,6 +265,7 @@ def test_bad_flags_record_nothing(tmp_path, monkeypatch, capsys):
     assert RunStore(tmp_path).runs() == []
 
 
+@pytest.mark.integration
 def test_a_stop_asked_through_the_store_ends_a_command_line_run(tmp_path):
     """What the JupyterLab sidebar's Stop does to a ``dtrain run`` in a terminal."""
     import os
@@ -291,6 +297,7 @@ def test_a_stop_asked_through_the_store_ends_a_command_line_run(tmp_path):
     assert stored.status()["state"] == "stopped"
 
 
+@pytest.mark.integration
 def test_a_cluster_run_checkpoints_into_its_run_directory(tmp_path, monkeypatch, capsys):
     from workbench.store import STORE_ENVIRONMENT, RunStore
 

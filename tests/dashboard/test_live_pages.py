@@ -39,11 +39,11 @@ class LiveRun:
     def link(self) -> str:
         """The dashboard link the run shows, once its cluster has started."""
         deadline = time.monotonic() + DEADLINE_S
-        while not self.background.job.dashboard_link:
+        while not self.background.dashboard_link:
             assert self.background.error is None, self.background.error
             assert time.monotonic() < deadline, f"no dashboard link: {self.lines}"
             time.sleep(0.05)
-        return self.background.job.dashboard_link
+        return self.background.dashboard_link
 
     def dashboard(self) -> str:
         """The run's dashboard as ``http://host:port``."""
@@ -100,6 +100,7 @@ def check_pages(dashboard: str, run_id: str, token: str | None = None) -> None:
         assert losses and len(losses[0]) > 0
 
 
+@pytest.mark.integration
 def test_the_workbench_cluster_serves_the_pages_of_a_live_run(no_leftover_processes):
     run = LiveRun(steps=100_000, **FLAGS)
     try:
@@ -186,6 +187,7 @@ def preloaded_scheduler(tmp_path: Path):
                 process.wait()
 
 
+@pytest.mark.integration
 def test_an_existing_scheduler_started_with_the_preload_serves_the_pages(
     no_leftover_processes, preloaded_scheduler
 ):
@@ -234,6 +236,7 @@ def cluster_without_preload():
     cluster.close()
 
 
+@pytest.mark.integration
 def test_a_scheduler_without_the_preload_costs_one_warning_and_nothing_else(
     cluster_without_preload, no_leftover_processes
 ):

@@ -27,6 +27,7 @@ def digits_npz(tmp_path):
     return path
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("strategy", ["one-device", "mirrored"])
 def test_the_digits_arrays_as_npz_reproduce_the_digits_run(digits_npz, strategy):
     """Bit for bit: one device in this process, and two devices whose workers each read the

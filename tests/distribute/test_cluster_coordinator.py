@@ -10,6 +10,8 @@ import pytest
 import workbench
 from workbench import Dense, Flatten, Sequential, StepFunctionError
 
+pytestmark = pytest.mark.integration
+
 CLOSURES = 16
 
 

@@ -10,6 +10,8 @@ import pytest
 import workbench
 from workbench import Dense, Flatten, Sequential, StepFunctionError
 
+pytestmark = pytest.mark.integration
+
 # float64, two epochs' worth of the default schedule (warm-up, then cosine decay) on digits.
 FIT_OPTIONS = {
     "steps": 24,  # 22 steps per epoch at batch 64: the loop crosses an epoch boundary

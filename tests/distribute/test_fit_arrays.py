@@ -25,6 +25,7 @@ def _digits_arrays():
     return x, digits.y_train, x_val, digits.y_test
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("devices", [1, 2])
 def test_fit_on_the_digits_arrays_reproduces_the_digits_run(devices):
     """Bit for bit, on one device in this process and on two workers that receive the
@@ -49,6 +50,7 @@ def test_fit_on_the_digits_arrays_reproduces_the_digits_run(devices):
         np.testing.assert_array_equal(mine.parameters[name], value)
 
 
+@pytest.mark.integration
 def test_without_validation_data_the_last_fifth_is_held_out():
     x, y, _, _ = _digits_arrays()
     result = _model().fit(x=x[:100], y=y[:100], steps=2, batch_size=16)

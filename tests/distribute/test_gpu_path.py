@@ -10,7 +10,7 @@ import pytest
 import workbench
 from tests.distribute.test_custom_loop import FIT_OPTIONS, _model
 
-pytestmark = pytest.mark.gpu_path
+pytestmark = [pytest.mark.integration, pytest.mark.gpu_path]
 
 OPTIONS = {**FIT_OPTIONS, "steps": 6}
 

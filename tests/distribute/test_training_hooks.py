@@ -5,6 +5,10 @@ cleaned) must not leave them calling themselves."""
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.integration
+
 SCRIPT = """
 import importlib
 import workbench

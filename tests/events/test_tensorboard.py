@@ -57,6 +57,7 @@ def assert_losses_match(board: EventAccumulator, log: EventLog) -> None:
     assert scalars(board, "train/loss") == pytest.approx(expected, rel=1e-6)
 
 
+@pytest.mark.integration
 def test_a_one_device_run_writes_its_losses_pace_and_flags(tmp_path):
     result = run_training(RunConfig(**SMALL, tensorboard=str(tmp_path)), progress=lambda _: None)
     summary, log = result.summary, result.log
@@ -92,6 +93,7 @@ def test_a_one_device_run_writes_its_losses_pace_and_flags(tmp_path):
     assert scalars(board, "hparam/test_accuracy") == {last: pytest.approx(summary["test_accuracy"])}
 
 
+@pytest.mark.integration
 def test_a_failing_run_still_closes_its_files_with_the_losses_so_far(tmp_path):
     def fail_in_epoch_two(line: str) -> None:
         if "epoch 2/" in line:
@@ -110,6 +112,7 @@ def test_a_failing_run_still_closes_its_files_with_the_losses_so_far(tmp_path):
     assert "test/accuracy" not in board.Tags()["scalars"]
 
 
+@pytest.mark.integration
 def test_a_live_run_is_readable_in_tensorboard_before_it_ends(tmp_path):
     seen_mid_run: list[int] = []
 
@@ -129,6 +132,7 @@ def test_a_live_run_is_readable_in_tensorboard_before_it_ends(tmp_path):
     assert FLUSH_EVERY_S <= 5
 
 
+@pytest.mark.integration
 def test_a_mirrored_run_writes_each_devices_utilization_and_traffic(tmp_path, store_root, capsys):
     flags = ["--strategy", "mirrored", "--devices", "2", "--steps", "12", "--no-calibrate"]
     boards = tmp_path / "boards"
@@ -162,6 +166,7 @@ def test_a_mirrored_run_writes_each_devices_utilization_and_traffic(tmp_path, st
     assert hparams_of(board)["devices"] == 2
 
 
+@pytest.mark.integration
 def test_export_writes_a_stored_run_and_refuses_to_write_it_twice(tmp_path, store_root, capsys):
     assert main(["run", "--steps", "20", *SMALL_FLAGS]) == 0
     (run,) = RunStore().runs()
@@ -183,6 +188,7 @@ def test_export_writes_a_stored_run_and_refuses_to_write_it_twice(tmp_path, stor
     assert "already holds" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_export_of_an_unknown_run_says_where_runs_are_listed(tmp_path, store_root, capsys):
     assert main(["run", "--steps", "2", *SMALL_FLAGS]) == 0
     (run,) = RunStore().runs()

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 EXTENSION = ROOT / "extension"
 UI_TESTS = EXTENSION / "ui-tests"
@@ -91,6 +93,14 @@ def test_jest_unit_tests():
     _require(EXTENSION / "node_modules" / ".bin" / "jest")
     output = _run(["jlpm", "test"], EXTENSION, timeout=300)
     assert "failed" not in output.split("Tests:")[-1], output
+
+
+def test_extension_lint():
+    # The extension template's checks: stylelint, prettier and eslint (errors fail, warnings
+    # are reported), over the sources, styles and UI test specs.
+    _require(EXTENSION / "node_modules" / ".bin" / "eslint")
+    output = _run(["jlpm", "lint:check"], EXTENSION, timeout=300)
+    assert "All matched files use Prettier code style!" in output, output
 
 
 def test_galata_ui_tests():

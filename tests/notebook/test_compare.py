@@ -7,6 +7,7 @@ import pytest
 from IPython.core.error import UsageError
 
 
+@pytest.mark.integration
 def test_compare_runs_each_strategy_and_tabulates_their_figures(shell):
     comparison = shell.run_line_magic(
         "dtrain", "compare mirrored,parameter-server --devices 2 --steps 5 --hidden 16 -o cmp"
@@ -45,6 +46,7 @@ def test_a_malformed_comparison_starts_nothing(shell, line, expected):
     assert not magics.runs.all()
 
 
+@pytest.mark.integration
 def test_finished_runs_are_compared_from_the_store(shell, store_root):
     from workbench.notebook.compare import compare_stored
     from workbench.store import RunStore

@@ -23,6 +23,7 @@ NAMES = [
 ]
 
 
+@pytest.mark.integration
 def test_the_browser_formatter_shortens_device_names_as_device_tag_does():
     node = shutil.which("node")
     if node is None:

@@ -15,6 +15,7 @@ def _model() -> Sequential:
     return Sequential([Flatten(), Dense(16, activation="relu"), Dense(10)], input_shape=(1, 8, 8))
 
 
+@pytest.mark.integration
 def test_a_model_built_in_scope_fits_with_that_strategy_and_matches_one_device():
     strategy = workbench.MirroredStrategy(devices=2, allreduce="reduce-to-one")
     with strategy.scope():
@@ -28,6 +29,7 @@ def test_a_model_built_in_scope_fits_with_that_strategy_and_matches_one_device()
         np.testing.assert_allclose(mirrored.parameters[name], value, rtol=1e-10)
 
 
+@pytest.mark.integration
 def test_fit_in_the_background_returns_a_live_handle(store_root):
     run = _model().fit(steps=3, background=True)
     run.wait(120)
@@ -51,6 +53,7 @@ def test_bad_options_name_the_option(make, field):
     assert raised.value.field == field
 
 
+@pytest.mark.integration
 def test_a_fit_in_the_foreground_is_recorded_like_every_run(store_root):
     result = _model().fit(steps=3, batch_size=32)
     (stored,) = RunStore().runs()

@@ -31,7 +31,9 @@ class StandInRun(SimpleNamespace):
             error=None,
             summary={"test_accuracy": 0.9, "samples_per_second": 1000.0},
             lines=["step 3/10"],
-            job=SimpleNamespace(dashboard_link=None),
+            job=SimpleNamespace(),
+            dashboard_link=None,
+            test_result=None,
             done=True,  # until the panel's updater has refreshed once and stopped
             trained_at=None,  # still training
             eta_seconds=lambda: None,

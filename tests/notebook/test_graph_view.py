@@ -3,10 +3,13 @@ red edge per Send/Recv pair, matching the plan ``dtrain plan`` prints."""
 
 from __future__ import annotations
 
+import pytest
+
 from workbench.config import RunConfig
 from workbench.notebook.graph_view import partition_figure, plan_view
 
 
+@pytest.mark.integration
 def test_the_drawing_has_every_node_and_one_edge_per_send_recv_pair():
     config = RunConfig(
         strategy="model-parallel", devices=2, hidden=(32, 32), placement="balanced-params"
@@ -25,6 +28,7 @@ def test_the_drawing_has_every_node_and_one_edge_per_send_recv_pair():
     assert "9 Send/Recv pairs" in chart.title.text
 
 
+@pytest.mark.integration
 def test_a_model_parallel_drawing_shows_the_predicted_costs(tmp_path, monkeypatch):
     from bokeh.models import HoverTool
 

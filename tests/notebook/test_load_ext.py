@@ -9,8 +9,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from workbench.launch.background_run import BackgroundRun
 from workbench.launch.flags import parse_run_flags
+
+pytestmark = pytest.mark.integration
 
 _LOAD = """
 import json, sys

@@ -10,6 +10,7 @@ from workbench.notebook import BackgroundRun
 from workbench.store import RunStore, chrome_trace
 
 
+@pytest.mark.integration
 def test_a_line_magic_run_trains_in_the_background_and_stores_its_handle(shell, store_root):
     returned = shell.run_line_magic("dtrain", "--steps 6 --hidden 16 --batch-size 32 -o run")
     run = shell.user_ns["run"]
@@ -30,11 +31,13 @@ def test_a_line_magic_run_trains_in_the_background_and_stores_its_handle(shell, 
     assert {e["name"] for e in trace if e["ph"] == "X"} >= {"compute"}
 
 
+@pytest.mark.integration
 def test_wait_flag_returns_the_summary(shell):
     summary = shell.run_line_magic("dtrain", "--steps 2 --hidden 8 --wait")
     assert summary["steps"] == 2 and summary["strategy"] == "one-device"
 
 
+@pytest.mark.integration
 def test_a_cell_magic_trains_the_model_the_cell_builds(shell):
     cell = (
         "from workbench import Dense, Flatten, Sequential\n"
@@ -47,6 +50,7 @@ def test_a_cell_magic_trains_the_model_the_cell_builds(shell):
     assert run.result.parameters["dense_0/kernel"].shape == (64, 24)
 
 
+@pytest.mark.integration
 def test_stop_ends_a_live_run_early_and_it_is_recorded_as_stopped(shell, store_root, capsys):
     run = shell.run_line_magic("dtrain", "--steps 100000 --hidden 16")
     assert not run.done
@@ -63,6 +67,7 @@ def test_stop_ends_a_live_run_early_and_it_is_recorded_as_stopped(shell, store_r
     assert "no live runs" in capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_a_run_that_fails_after_it_started_reports_through_its_handle(shell, store_root):
     from distributed import LocalCluster
 

@@ -16,6 +16,7 @@ def test_the_tutorials_are_there():
     assert names[0] == "00-quickstart.ipynb" and len(names) >= 6
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_the_notebook_runs_without_errors(path, tmp_path, monkeypatch):
     monkeypatch.setenv("DTRAIN_RUN_STORE", str(tmp_path / "runs"))

@@ -16,6 +16,7 @@ from workbench.notebook.panel import TrainingForm, form_start
 from workbench.store import RunStore
 
 
+@pytest.mark.integration
 def test_after_a_run_the_chart_sources_hold_every_streamed_point(shell):
     run = shell.run_line_magic("dtrain", "--steps 8 --hidden 16")
     panel = run.panel()
@@ -34,6 +35,7 @@ def test_after_a_run_the_chart_sources_hold_every_streamed_point(shell):
     assert panel.updater.refreshes <= elapsed * MAX_REFRESH_HZ + 2
 
 
+@pytest.mark.integration
 def test_a_mirrored_run_shows_both_devices_and_their_traffic(shell):
     run = shell.run_line_magic("dtrain", "--strategy mirrored --devices 2 --steps 6 --hidden 16")
     panel = run.panel()
@@ -58,11 +60,12 @@ def test_a_mirrored_run_shows_both_devices_and_their_traffic(shell):
     assert panel.charts.figures["timeline"].y_range.factors == list(reversed(traffic["device"]))
     # The store says which cluster it ran on (the JupyterLab sidebar lists it).
     status = RunStore().open(run.run_id).status()
-    assert status["dashboard_link"] == run.job.dashboard_link is not None
+    assert status["dashboard_link"] == run.dashboard_link is not None
     # (over TLS: the clusters the workbench starts speak it)
     assert status["scheduler_address"].startswith("tls://127.0.0.1:")
 
 
+@pytest.mark.integration
 def test_the_panels_stop_button_ends_a_live_run(shell):
     run = shell.run_line_magic("dtrain", "--steps 100000 --hidden 16")
     panel = run.panel()
@@ -104,6 +107,7 @@ def test_the_form_rejects_what_the_magic_rejects_with_the_same_message(shell, va
     assert not magics.runs.all()
 
 
+@pytest.mark.integration
 def test_the_form_starts_a_run_and_shows_its_panel(shell):
     magics = shell.magics_manager.registry["WorkbenchMagics"]
     form = TrainingForm(form_start(magics))

@@ -43,11 +43,9 @@ class StandInRun(SimpleNamespace):
             error=None,
             summary=None,
             lines=["[mirrored] epoch 1/7  step 44/300  loss 0.4944"],
-            job=SimpleNamespace(
-                dashboard_link="http://127.0.0.1:8787/status",
-                stop=threading.Event(),
-                test_result=None,
-            ),
+            job=SimpleNamespace(stop=threading.Event()),
+            dashboard_link="http://127.0.0.1:8787/status",
+            test_result=None,
             done=False,
             trained_at=None,
             eta_seconds=lambda: None,
@@ -127,7 +125,7 @@ def test_finished_shows_with_the_last_step_while_the_cluster_closes(panel_of):
     assert panel.status.value == "<b>finished</b> at step 300 (evaluating, closing the cluster)"
     assert panel.stop_button.disabled and panel.stop_button.description == "finished"
     assert panel.dashboard.value == ""  # its cluster is closing
-    run.job.test_result = (0.12, 0.9639)
+    run.test_result = (0.12, 0.9639)
     run.trained_at = time.time()
     wait_for(lambda: "0.9639" in panel.status.value, 1.0)
     assert panel.status.value.endswith("test accuracy 0.9639 (closing the cluster)")
@@ -137,7 +135,7 @@ def test_a_run_stopped_early_says_so_once_its_test_point_is_logged(panel_of):
     run = StandInRun(step=120)
     panel = panel_of(run)
     run.job.stop.set()
-    run.job.test_result = (0.3, 0.8)
+    run.test_result = (0.3, 0.8)
     run.trained_at = time.time()
     wait_for(lambda: "stopped" in panel.status.value, 1.0)
     assert panel.status.value.startswith("<b>stopped</b> at step 120: test accuracy 0.8000")
@@ -190,6 +188,7 @@ def rows_in_bundle(render_bundle: str) -> dict[str, int]:
     return rows
 
 
+@pytest.mark.integration
 def test_a_view_made_after_the_run_receives_every_charts_rows(shell):
     run = shell.run_line_magic("dtrain", "--steps 8 --hidden 16")
     panel = run.panel()

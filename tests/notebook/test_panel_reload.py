@@ -30,7 +30,9 @@ def finished_run(log: EventLog) -> StandInRun:
         state="finished",
         summary={"test_accuracy": 0.9, "samples_per_second": 100.0},
         lines=[],
-        job=SimpleNamespace(dashboard_link=None, stop=threading.Event(), test_result=None),
+        job=SimpleNamespace(stop=threading.Event()),
+        dashboard_link=None,
+        test_result=None,
         done=True,
         trained_at=time.time(),
     )

@@ -1,6 +1,8 @@
 """``%dtrain plan --what-if`` returns the ranked table (HTML in a notebook, rows as dicts);
 ``%dtrain plan`` draws the run's placed graph."""
 
+import pytest
+
 from workbench.notebook.what_if_view import WhatIfTable
 
 
@@ -18,6 +20,7 @@ def test_what_if_on_a_described_cluster_is_a_ranked_html_table(shell, store_root
     assert "dgx-h100" in html and "fastest" in html
 
 
+@pytest.mark.integration
 def test_plan_without_what_if_draws_the_partitioned_graph(shell, store_root):
     figure = shell.run_line_magic("dtrain", "plan --strategy model-parallel --devices 2")
     assert type(figure).__name__ == "figure"

@@ -12,6 +12,8 @@ from workbench.notebook import compare_step
 from workbench.notebook.step_view import NoPrediction, measured_rows
 from workbench.runtime.devices import device_tag
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def mirrored_run(tmp_path_factory):

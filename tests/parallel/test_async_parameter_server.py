@@ -5,6 +5,8 @@ import pytest
 from workbench.config import RunConfig
 from workbench.launch.runner import run_training
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.parametrize("bound", [None, 1])
 def test_async_reaches_95_percent_and_respects_the_bound(bound, no_leftover_processes):

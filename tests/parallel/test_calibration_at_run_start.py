@@ -2,6 +2,8 @@
 step the planner predicted beside the step it measured, and ``--no-calibrate`` measures
 nothing."""
 
+import pytest
+
 from workbench.config import RunConfig
 from workbench.costs import Calibration, collective_key
 from workbench.launch.runner import run_training
@@ -26,6 +28,7 @@ def calibrations(root) -> list[Calibration]:
     return [Calibration.from_json(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
 
+@pytest.mark.integration
 def test_a_run_reports_its_predicted_step_and_caches_its_calibration(store_root):
     lines: list[str] = []
     first = run_training(RunConfig(**RUN), progress=lines.append).summary
@@ -49,6 +52,7 @@ def test_a_run_reports_its_predicted_step_and_caches_its_calibration(store_root)
     assert reused.links == cached.links and reused.collectives == cached.collectives
 
 
+@pytest.mark.integration
 def test_no_calibrate_measures_nothing_and_predicts_nothing_without_a_cache(store_root):
     summary = run_training(RunConfig(**RUN, no_calibrate=True), progress=lambda line: None).summary
     assert "predicted_step_ms" not in summary
@@ -67,6 +71,7 @@ def test_every_node_of_a_training_step_is_timed_at_its_shapes():
     assert all(seconds >= 0 for seconds in times.values())
 
 
+@pytest.mark.integration
 def test_a_parameter_server_run_times_its_workers_pulls_and_pushes(store_root):
     """Each worker's pulls and pushes, all workers calling the shards at once, are timed
     before the first step and cached for the planner."""

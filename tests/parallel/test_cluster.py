@@ -7,6 +7,8 @@ from workbench.config import RunConfig
 from workbench.launch.runner import run_training
 from workbench.runtime.cluster import ClusterError
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def external_cluster():

@@ -28,6 +28,7 @@ def uncompressed():
     return train(**MIRRORED, epochs=4, compression="none")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("compression", "least_ratio", "most_ratio", "accuracy_given"),
     [
@@ -67,6 +68,7 @@ def test_each_method_keeps_accuracy_with_fewer_bytes(
         assert "loss_scale" not in summary
 
 
+@pytest.mark.integration
 def test_a_simulated_overflow_is_skipped_by_every_replica_then_training_goes_on(
     capsys, no_leftover_processes
 ):
@@ -111,6 +113,7 @@ def test_a_simulated_overflow_is_skipped_by_every_replica_then_training_goes_on(
     assert scales[2] == 2.0**16 and scales[3] == 2.0**15 and scales[7] == 2.0**15
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("compression", ["bf16", "topk:0.05", "powersgd:1"])
 def test_central_storage_compresses_the_push_to_the_storage_device(
     compression, no_leftover_processes
@@ -127,6 +130,7 @@ def test_central_storage_compresses_the_push_to_the_storage_device(
     assert result.summary["test_accuracy"] >= plain.summary["test_accuracy"] - 0.05
 
 
+@pytest.mark.integration
 def test_central_storage_skips_a_simulated_overflow_on_every_replica(no_leftover_processes):
     flags = {"strategy": "central-storage", "devices": 2, **SHORT, "compression": "fp16"}
     before = train(**{**flags, "steps": 3})
@@ -137,6 +141,7 @@ def test_central_storage_skips_a_simulated_overflow_on_every_replica(no_leftover
     assert skipped.summary["compression"]["loss_scale"] == 2.0**15
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("compression", ["fp16", "topk:0.05", "powersgd:2"])
 def test_multi_worker_mirrored_compresses_its_hierarchical_all_reduce(
     compression, no_leftover_processes
@@ -149,6 +154,7 @@ def test_multi_worker_mirrored_compresses_its_hierarchical_all_reduce(
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("compression", "ratio"), [("topk:0.05", 9.0), ("powersgd:2", 2.0)])
 def test_hybrid_compresses_each_stages_all_reduce(compression, ratio, no_leftover_processes):
     flags = {"strategy": "hybrid", "devices": 4, "stages": 2, "microbatches": 2, "hidden": (64,)}

@@ -110,6 +110,7 @@ def test_compare_lists_the_values_of_a_comparable_flag_like_strategies():
     ]
 
 
+@pytest.mark.integration
 @pytest.mark.usefixtures("no_leftover_processes")
 def test_dtrain_compare_runs_each_compression_setting_and_tabulates_its_bytes(shell):
     comparison = shell.run_line_magic(

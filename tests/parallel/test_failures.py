@@ -13,6 +13,8 @@ from workbench.events import EventLog
 from workbench.launch.runner import run_training
 from workbench.parallel.dispatch import DeviceFailure
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.parametrize("strategy", ["mirrored", "parameter-server"])
 def test_killing_a_worker_names_the_device_and_step(strategy, no_leftover_processes):

@@ -3,11 +3,13 @@ the run must recover, shrink, or drop the worker, as its strategy allows."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,7 +21,7 @@ from workbench.events import EventLog
 from workbench.launch.runner import run_training
 from workbench.parallel.dispatch import DeviceFailure
 
-pytestmark = pytest.mark.usefixtures("no_leftover_processes")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftover_processes")]
 
 SMALL = dict(dataset="digits", hidden=(32, 16), dtype="float64", lr_decay="none", seed=0)
 # Runs judged by accuracy: the default MLP (512, 512) in float32.
@@ -178,9 +180,24 @@ def test_a_slow_async_worker_applies_fewer_updates_and_staleness_shows():
     assert result.summary["staleness"]["max"] > 0
 
 
-def _kill_async_worker_zero(job_box: list) -> None:
-    job = job_box[0]
-    with Client(job.scheduler_address, timeout=10, security=job.scheduler_security) as client:
+class _ClusterSeen:
+    """One of the job's observers: told the run's cluster as it comes up."""
+
+    session = None
+
+    def scheduler_options(self) -> dict:
+        return {}
+
+    @contextlib.contextmanager
+    def watch(self, session, *_):
+        self.session = session
+        yield
+
+
+def _kill_async_worker_zero(seen: _ClusterSeen) -> None:
+    run_client = seen.session.client
+    address, security = run_client.scheduler.address, run_client.security
+    with Client(address, timeout=10, security=security) as client:
         workers = client.scheduler_info(n_workers=-1)["workers"]
         address = next(a for a, w in workers.items() if str(w.get("name")) == "0")
         pid = client.run(os.getpid, workers=[address])[address]
@@ -188,7 +205,7 @@ def _kill_async_worker_zero(job_box: list) -> None:
 
 
 def test_a_killed_async_worker_is_dropped_and_training_goes_on():
-    job_box: list = []
+    seen = _ClusterSeen()
     config = RunConfig(
         strategy="parameter-server",
         devices=2,
@@ -201,8 +218,8 @@ def test_a_killed_async_worker_is_dropped_and_training_goes_on():
     result = train(
         config,
         at=(60,),
-        act=lambda: _kill_async_worker_zero(job_box),
-        job_hook=job_box.append,
+        act=lambda: _kill_async_worker_zero(seen),
+        job_hook=lambda job: replace(job, observers=[*job.observers, seen]),
         progress=said.append,
     )
     assert result.summary["restarts"] == 0, said

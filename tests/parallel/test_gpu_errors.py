@@ -42,6 +42,7 @@ def test_more_devices_than_gpus_names_both_numbers(capsys, cpu_double_gpus, no_l
     assert "--devices: 4 GPU devices requested but this machine has 2 GPUs" in err
 
 
+@pytest.mark.integration
 def test_auto_takes_gpus_only_when_every_device_has_one(capsys, cpu_double_gpus):
     cpu_double_gpus.setenv("DTRAIN_FAKE_GPUS", "1")
     code, err = dtrain(capsys, "--strategy", "mirrored", "--devices", "2", *SMALL, "--json")
@@ -49,6 +50,7 @@ def test_auto_takes_gpus_only_when_every_device_has_one(capsys, cpu_double_gpus)
     assert json.loads(dtrain.out)["device_type"] == "cpu"
 
 
+@pytest.mark.integration
 def test_a_mix_of_gpu_and_cpu_workers_is_refused_naming_the_cpu_ones(
     capsys, cpu_double_gpus, no_leftover_processes
 ):
@@ -98,6 +100,7 @@ def test_a_mix_of_gpu_and_cpu_workers_is_refused_naming_the_cpu_ones(
             gpu_worker.wait(30)
 
 
+@pytest.mark.integration
 def test_running_out_of_gpu_memory_names_the_device_the_step_and_the_bytes(
     capsys, cpu_double_gpus, no_leftover_processes
 ):
@@ -122,6 +125,7 @@ def test_running_out_of_gpu_memory_names_the_device_the_step_and_the_bytes(
     assert "8,388,608 bytes requested" in err  # 256 rows per replica x 4096 x 8 bytes
 
 
+@pytest.mark.integration
 def test_ucx_without_its_package_is_refused_before_anything_starts(capsys, no_leftover_processes):
     if importlib.util.find_spec("distributed_ucxx") is not None:
         pytest.skip("UCX comms are installed here")
@@ -137,6 +141,7 @@ def test_protocol_belongs_to_clusters_the_workbench_starts(capsys):
     assert "--protocol" in err and "already uses its own" in err
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("raised_by", "said"),
     [("cublas", "CUBLAS_STATUS_ALLOC_FAILED"), ("cuda-runtime", "cudaErrorMemoryAllocation")],

@@ -17,7 +17,11 @@ from workbench.config import RunConfig
 from workbench.launch.runner import run_training
 from workbench.parallel.dispatch import DeviceFailure
 
-pytestmark = [pytest.mark.gpu_path, pytest.mark.usefixtures("no_leftover_processes")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.gpu_path,
+    pytest.mark.usefixtures("no_leftover_processes"),
+]
 QUIET = {"progress": lambda _: None}
 SMALL = {**BASE, "steps": 4}
 

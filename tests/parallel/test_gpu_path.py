@@ -11,7 +11,7 @@ from tests.parallel.test_equivalence import BASE, CONFIGURATIONS, assert_same_pa
 from workbench.config import RunConfig
 from workbench.launch.runner import run_training
 
-pytestmark = pytest.mark.gpu_path
+pytestmark = [pytest.mark.integration, pytest.mark.gpu_path]
 
 QUIET = {"progress": lambda _: None}
 GPU_CONFIGURATIONS = [

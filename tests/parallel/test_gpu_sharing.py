@@ -21,6 +21,7 @@ def gpu_run(**flags):
     return run_training(RunConfig(device_type="gpu", dtype="float64", **SMALL, **flags), **QUIET)
 
 
+@pytest.mark.integration
 def test_two_plain_workers_on_one_gpu_are_refused_naming_them_unless_shared(cpu_double_gpus):
     # ``dask worker --nworkers 2`` on a GPU host: both workers compute on its first GPU.
     with LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1") as cluster:
@@ -33,6 +34,7 @@ def test_two_plain_workers_on_one_gpu_are_refused_naming_them_unless_shared(cpu_
     assert_same_parameters(shared, gpu_run(), 1e-10)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "flags",
     [

@@ -5,6 +5,8 @@ import pytest
 from workbench.config import RunConfig
 from workbench.launch.runner import run_training
 
+pytestmark = pytest.mark.integration
+
 
 def test_mirrored_float16_compression_halves_the_traffic(no_leftover_processes):
     flags = {"strategy": "mirrored", "devices": 2, "steps": 20, "hidden": (32, 16)}

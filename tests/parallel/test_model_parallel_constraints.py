@@ -23,6 +23,7 @@ def constrained_model(head_device):
     return Sequential(body + head, (1, 8, 8))
 
 
+@pytest.mark.integration
 def test_layers_run_where_the_user_pinned_them(no_leftover_processes):
     config = RunConfig(
         strategy="model-parallel", devices=2, steps=5, dtype="float64", lr_decay="none"

@@ -113,6 +113,7 @@ def test_greedy_runs_a_big_weight_gradient_beside_the_input_gradient():
     assert set(greedy.prediction.transfer_seconds) == set(keys) and keys
 
 
+@pytest.mark.integration
 def test_the_plan_prints_busy_time_transfer_costs_and_the_cost_model(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(STORE_ENVIRONMENT, str(tmp_path))  # no calibration cached there
     flags = ["--strategy", "model-parallel", "--devices", "2", "--hidden", "1024,1024"]
@@ -126,6 +127,7 @@ def test_the_plan_prints_busy_time_transfer_costs_and_the_cost_model(tmp_path, m
     assert "(backward on " in out
 
 
+@pytest.mark.integration
 def test_the_plan_uses_the_cached_calibration_of_the_local_cluster(tmp_path, monkeypatch, capsys):
     from workbench.costs import Calibration, LinkFit, link_key
     from workbench.runtime.calibration_probe import cluster_signature
@@ -142,6 +144,7 @@ def test_the_plan_uses_the_cached_calibration_of_the_local_cluster(tmp_path, mon
     assert "links 0.100 ms + 1.0 GB/s" in out
 
 
+@pytest.mark.integration
 @pytest.mark.usefixtures("no_leftover_processes")
 def test_a_greedy_run_splits_the_backward_pass_and_ends_with_the_one_device_parameters(
     tmp_path, monkeypatch

@@ -4,6 +4,7 @@ uninterrupted run ends."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +19,13 @@ SMALL = dict(hidden=(32, 16), dtype="float64", lr_decay="none", batch_size=32, s
 
 
 def _into(directory: Path):
-    def hook(job) -> None:
-        job.checkpoint_directory = str(directory)
+    def hook(job):
+        return replace(job, checkpoint_directory=str(directory))
 
     return hook
 
 
+@pytest.mark.integration
 @pytest.mark.usefixtures("no_leftover_processes")
 def test_mirrored_keeps_the_last_two_and_resuming_from_one_ends_the_same(tmp_path):
     config = RunConfig(strategy="mirrored", devices=2, steps=100, checkpoint_every=20, **SMALL)
@@ -45,6 +47,7 @@ def test_mirrored_keeps_the_last_two_and_resuming_from_one_ends_the_same(tmp_pat
         assert np.max(np.abs(resumed.parameters[name] - value)) <= 1e-10 * scale, name
 
 
+@pytest.mark.integration
 def test_one_device_writes_them_only_when_asked(tmp_path):
     base = RunConfig(steps=30, **SMALL)
     run_training(base, progress=lambda _: None, job_hook=_into(tmp_path / "off"))

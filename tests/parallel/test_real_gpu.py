@@ -13,6 +13,7 @@ from workbench.runtime.gpu_runtime import gpu_runtime
 
 RUNTIME = None if os.environ.get("DTRAIN_GPU_RUNTIME") else gpu_runtime()
 pytestmark = [
+    pytest.mark.integration,
     pytest.mark.gpu,
     pytest.mark.skipif(RUNTIME is None, reason="needs an NVIDIA GPU with CuPy"),
 ]

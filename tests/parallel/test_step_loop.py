@@ -16,6 +16,8 @@ from workbench.parallel.dispatch import DeviceFailure
 from workbench.parallel.step_loop import STEPS_PER_TASK, drive_steps
 from workbench.runtime.cluster import start_cluster
 
+pytestmark = pytest.mark.integration
+
 
 def _job(total_steps: int) -> SimpleNamespace:
     """What ``drive_steps`` reads of a training job."""

@@ -11,7 +11,7 @@ from workbench.launch.background_run import BackgroundRun
 from workbench.parallel.step_loop import STEPS_PER_TASK
 from workbench.store import RunStore
 
-pytestmark = pytest.mark.usefixtures("no_leftover_processes")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftover_processes")]
 
 # Slow steps that leave the CPUs free: every device's compute sleeps (FACTOR - 1) times what it
 # took, so a stop reaches the devices within a step or two of being asked on a busy machine.

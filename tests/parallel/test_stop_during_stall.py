@@ -16,7 +16,7 @@ from workbench.notebook.panel import fault_note
 from workbench.parallel import step_loop
 from workbench.store import RunStore
 
-pytestmark = pytest.mark.usefixtures("no_leftover_processes")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_leftover_processes")]
 
 # task:1 computes for ever (a stuck device), so task:0 waits for its part of the all-reduce
 # until the stall timeout, at every step 0 of every attempt.

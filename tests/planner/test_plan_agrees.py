@@ -27,6 +27,9 @@ from workbench.planner.device_costs import measured_costs
 from workbench.planner.what_if import what_if
 from workbench.runtime import calibration_probe
 from workbench.strategies import STRATEGIES, validate_config
+from workbench.training.job import TrainOutcome
+
+pytestmark = pytest.mark.integration
 
 
 class Measured(AssertionError):
@@ -84,12 +87,13 @@ def _run_prediction(config, store) -> float:
         config=config,
         model=model_for(config),
         optimizer=make_optimizer(config.optimizer),
-        calibration=None,
-        calibration_seconds=0.0,
         device_type="cpu",
     )
-    strategy._calibrated(job, session, lambda line: None)
-    figures, _ = predicted_figures(config, job, 1000.0, lambda line: None)
+    calibrated = strategy._calibrated(job, session, lambda line: None, None)
+    outcome = TrainOutcome(
+        None, "cpu", calibration=calibrated.calibration, calibration_seconds=calibrated.seconds
+    )
+    figures, _ = predicted_figures(config, job, outcome, 1000.0, lambda line: None)
     return figures["predicted_step_ms"]
 
 

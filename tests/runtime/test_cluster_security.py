@@ -30,6 +30,7 @@ def started():
         yield session
 
 
+@pytest.mark.integration
 def test_a_started_cluster_speaks_tls_on_every_address(started):
     address = started.client.scheduler.address
     assert address.startswith("tls://127.0.0.1:")
@@ -38,6 +39,7 @@ def test_a_started_cluster_speaks_tls_on_every_address(started):
     assert started.client.submit(sum, [1, 2], pure=False).result() == 3
 
 
+@pytest.mark.integration
 def test_a_plain_tcp_client_is_refused(started):
     plain = started.client.scheduler.address.replace("tls://", "tcp://")
     with pytest.raises(OSError):
@@ -45,6 +47,7 @@ def test_a_plain_tcp_client_is_refused(started):
     _collect_refused_clients()
 
 
+@pytest.mark.integration
 def test_a_tls_client_without_the_clusters_credentials_is_refused(started):
     address = started.client.scheduler.address
     with pytest.raises((OSError, TypeError)):
@@ -71,6 +74,7 @@ def _first_byte_without_a_certificate(host: str, port: int) -> bytes:
         return tls.recv(1)
 
 
+@pytest.mark.integration
 def test_a_tls_handshake_that_skips_verification_gets_nothing(started):
     """Even a client that accepts any server certificate must show one the cluster issued:
     refused in the handshake, or the connection closed without a byte."""
@@ -99,6 +103,7 @@ def _credentials(folder: Path) -> dict[str, str]:
     return paths
 
 
+@pytest.mark.integration
 def test_a_tls_cluster_started_elsewhere_is_joined_with_the_tls_flags(tmp_path):
     processes = Processes(tmp_path)
     try:

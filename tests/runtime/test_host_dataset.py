@@ -72,6 +72,7 @@ def _segments(run_id: str) -> list[str]:
         return []
 
 
+@pytest.mark.integration
 def test_workers_of_one_host_map_one_copy_loaded_on_the_host(client, tmp_path):
     folder = tmp_path / "cifar"
     write_cifar10(folder, train_images=30, test_images=30)
@@ -93,6 +94,7 @@ def test_workers_of_one_host_map_one_copy_loaded_on_the_host(client, tmp_path):
     )
 
 
+@pytest.mark.integration
 def test_the_clients_copy_is_sent_once_per_host(client):
     generator = np.random.default_rng(1)
     x, y = generator.random((40, 5)), generator.integers(0, 3, 40)

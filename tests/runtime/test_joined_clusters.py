@@ -21,6 +21,8 @@ from workbench.runtime.cluster import ClusterError
 
 from .dask_cli import BIN, RUN, RUN_FLAGS
 
+pytestmark = pytest.mark.integration
+
 
 def test_a_run_waits_for_the_workers_of_a_scheduler_file_cluster(tmp_path, processes):
     """The run asks first; the scheduler and then its workers come later, as a batch

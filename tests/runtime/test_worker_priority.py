@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from distributed import Client
 
 from workbench.runtime.cluster import local_cpu_cluster
 from workbench.runtime.worker_priority import LOCAL_WORKER_NICENESS
+
+pytestmark = pytest.mark.integration
 
 
 def _niceness() -> int:

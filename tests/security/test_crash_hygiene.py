@@ -10,8 +10,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from workbench.runtime.scratch import scratch_base
 from workbench.store import RunStore
+
+pytestmark = pytest.mark.integration
 
 # The janitor sweeps for 15 s after the client died; the workers exit within a second or two.
 GONE_WITHIN_SECONDS = 15.0

@@ -195,6 +195,7 @@ def test_stopping_another_users_run_is_refused(tmp_path, other_user):
         sleeper.wait()
 
 
+@pytest.mark.integration
 def test_a_killed_run_is_marked_lost_with_the_reason(tmp_path):
     # The process recording the run: killed with SIGKILL, it can never end the record.
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -27,6 +27,8 @@ from tests.security.conftest import made_by_a_killed_process
 from workbench.dashboard import scheduler_options
 from workbench.runtime.cluster import start_cluster
 
+pytestmark = pytest.mark.integration
+
 # One path of each family the dashboard server answers.
 PAGES = (
     "/status",  # a Dask page (a Bokeh document)

@@ -27,6 +27,8 @@ from workbench.runtime import shared_memory
 from workbench.runtime.shared_memory_channel import ChannelReceiver, ChannelSender
 from workbench.safe_io import ForeignPathError
 
+pytestmark = pytest.mark.integration
+
 SHM = Path("/dev/shm")
 RUN_ID = "5ca1ab1e0b0e"  # a fixed run id: the attacker knows it in advance
 LEADER = "tcp://127.0.0.1:40000"

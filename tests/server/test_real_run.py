@@ -7,9 +7,13 @@ import csv
 import io
 import json
 
+import pytest
+
 from workbench.config import RunConfig
 from workbench.launch.background_run import BackgroundRun
 from workbench.server import RunsManager
+
+pytestmark = pytest.mark.integration
 
 
 def test_a_finished_notebook_run_is_served_from_the_store(store_root):

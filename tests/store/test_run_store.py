@@ -60,6 +60,7 @@ def test_events_are_read_incrementally_and_a_half_written_line_waits(tmp_path):
     assert run.read_events(later) == ([], later)
 
 
+@pytest.mark.integration
 def test_a_stop_asked_through_the_store_ends_a_live_notebook_run(tmp_path):
     store = RunStore(tmp_path)
     config = RunConfig(strategy="one-device", steps=100_000, hidden=(16,))

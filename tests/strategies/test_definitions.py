@@ -92,6 +92,7 @@ def toy():
     STRATEGIES.unregister("logged-one-device")
 
 
+@pytest.mark.integration
 def test_a_new_strategy_appears_everywhere_and_trains(toy, capsys, store_root):
     # dtrain run --help: the strategy and its option, with its default and its strategy.
     with pytest.raises(SystemExit):

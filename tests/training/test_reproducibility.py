@@ -6,6 +6,8 @@ import pytest
 from workbench.checkpoint import load_checkpoint
 from workbench.cli.main import main
 
+pytestmark = pytest.mark.integration
+
 
 def _train(tmp_path, name, *flags):
     target = tmp_path / name

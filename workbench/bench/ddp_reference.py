@@ -71,7 +71,7 @@ def _finish_rank(distributed: Any) -> None:
 def spawn_ranks(function: Any, arguments: tuple, processes: int, result_paths: list[str]) -> None:
     """Run ``function(rank, *arguments, port)`` in ``processes`` fresh processes, trying again
     (fresh port, result files cleared) when a rank dies before writing its ``result_paths``."""
-    torch = import_torch()
+    torch: Any = import_torch()  # these run only once the caller found torch installed
     for attempt in range(1, LAUNCH_ATTEMPTS + 1):
         for path in result_paths:
             if os.path.exists(path):
@@ -102,7 +102,7 @@ def _initial_parameters(settings: DDPSettings) -> dict[str, np.ndarray]:
 def _train(rank: int, settings: DDPSettings, result_path: str, port: int) -> None:
     """One rank: join the group, wrap the model in DDP, warm up, time, write the figures."""
     steady_allocator()  # the malloc thresholds of every benchmark process and workbench device
-    torch = import_torch()
+    torch: Any = import_torch()  # these run only once the caller found torch installed
     torch.set_num_threads(settings.threads)
     from workbench.bench.torch_reference import TorchMLP
 
@@ -192,7 +192,7 @@ def _gloo_rank(
     timed one-way send rank 0 -> 1 (with a one-element acknowledgement, as the workbench's
     send returns once the peer has stored the tensor), each after a barrier."""
     steady_allocator()
-    torch = import_torch()
+    torch: Any = import_torch()  # these run only once the caller found torch installed
     torch.set_num_threads(1)
     distributed = torch.distributed
     distributed.init_process_group(

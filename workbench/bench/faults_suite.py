@@ -33,6 +33,7 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -78,7 +79,7 @@ class FaultsSettings:
         return self.kill_at if self.kill_at is not None else self.recovery_steps // 2
 
 
-def worker_processes(exclude: set[int] = frozenset()) -> list[psutil.Process]:
+def worker_processes(exclude: AbstractSet[int] = frozenset()) -> list[psutil.Process]:
     """Dask worker processes of this process's local clusters (children spawned by their
     nannies: ``spawn_main`` in the command line), except the pids in ``exclude``, by pid."""
     found = []
@@ -204,7 +205,9 @@ def _killed_run(
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     from workbench.events import EventLog
 
-    log, jobs, lines = EventLog(), [], []
+    log = EventLog()
+    jobs: list[Any] = []  # the training jobs, as the run hands them over
+    lines: list[str] = []
     with WorkerKiller(log, kill_at, victim) as killer:
         result = _train(config, log, job_hook=jobs.append, lines=lines)
     summary = result.summary

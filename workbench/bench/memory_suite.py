@@ -106,7 +106,9 @@ def measure_run(command: list[str], environment: dict[str, str], folder: Path) -
 
 def _follow_peaks(run: subprocess.Popen) -> dict[int, int]:
     """Peak resident bytes by pid of ``run`` and of the workers it spawns, until it exits."""
-    client, peaks, workers = psutil.Process(run.pid), {}, {}
+    client = psutil.Process(run.pid)
+    peaks: dict[int, int] = {}
+    workers: dict[int, bool] = {}
     while run.poll() is None:
         peaks[run.pid] = max(peaks.get(run.pid, 0), _peak_resident(run.pid) or 0)
         try:
@@ -171,7 +173,7 @@ def run_memory_suite(settings: MemorySettings, progress: Progress) -> dict[str, 
                     + " MiB"
                 )
                 runs[name].append(result)
-    rows = {}
+    rows: dict[str, dict[str, Any]] = {}
     for name, results in runs.items():
         rows[name] = {
             "source": sources[name],

@@ -24,6 +24,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +140,8 @@ def profiled_run(out: Path, argv: Sequence[str]) -> dict[str, Any]:
     started = time.perf_counter()
     prepared = prepare_run(parse_run_flags(argv))
     observer = ProfileObserver()
-    prepared.job.observers.append(observer)
+    job = replace(prepared.job, observers=[*prepared.job.observers, observer])
+    prepared = replace(prepared, job=job)
     store = RunStore()
     link = RunLink(store, new_run_id(prepared.config.strategy), prepared.job, EventLog()).start()
     result = link.train(prepared, lambda line: None)

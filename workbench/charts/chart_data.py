@@ -228,7 +228,7 @@ class ChartFeed:
     def stragglers(self) -> dict[str, list]:
         """Per device, its step time (first phase start to last phase end) min/median/max
         over its last ``STRAGGLER_STEPS`` steps."""
-        rows = {"device": [], "min": [], "median": [], "max": []}
+        rows: dict[str, list] = {"device": [], "min": [], "median": [], "max": []}
         # None yet when the only phases so far are failures or recoveries.
         newest = max((step for _, step in self._step_spans), default=0)
         recent = [

@@ -18,6 +18,7 @@ from workbench.launch.doctor import DoctorReport, DoctorRequest, SmokeRun, run_d
 from workbench.launch.errors import USER_ERRORS
 from workbench.launch.runner import check_scheduler_reachable, stderr_progress
 from workbench.runtime.cluster import ClusterError
+from workbench.runtime.cluster_target import ClusterTarget
 from workbench.strategies import STRATEGIES
 
 PROG = "dtrain doctor"
@@ -76,15 +77,14 @@ def parse_doctor_flags(argv: Sequence[str]) -> tuple[DoctorRequest, bool]:
 def check_request(request: DoctorRequest) -> None:
     """Raise :class:`ConfigError` naming the flag and its allowed values, before anything
     starts: the rules ``dtrain run`` applies to the same flags, then the strategy names."""
-    check_run_options(
-        RunConfig(
-            devices=request.devices,
-            device_type=request.device_type,
-            share_gpu=request.share_gpu,
-            cluster=request.cluster,
-            scheduler_file=request.scheduler_file,
-        )
+    config = RunConfig(
+        devices=request.devices,
+        device_type=request.device_type,
+        share_gpu=request.share_gpu,
+        cluster=request.cluster,
+        scheduler_file=request.scheduler_file,
     )
+    check_run_options(config)
     for name in request.strategies:
         if name not in STRATEGIES.names():
             raise ConfigError(
@@ -92,7 +92,7 @@ def check_request(request: DoctorRequest) -> None:
                 f"unknown strategy {name!r}; choose from: {', '.join(STRATEGIES.names())}",
             )
     if request.cluster is not None:
-        check_scheduler_reachable(request.cluster)
+        check_scheduler_reachable(ClusterTarget.of(config))
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

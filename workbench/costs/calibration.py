@@ -26,7 +26,7 @@ and stores, and is tested with literal numbers.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -130,7 +130,7 @@ class Calibration:
     # hierarchical all-reduce (several addresses may share one machine's cores).
     device_addresses: dict[str, str] = field(default_factory=dict)
 
-    def missing_signatures(self, device: str, signatures: Sequence[str]) -> list[str]:
+    def missing_signatures(self, device: str, signatures: Iterable[str]) -> list[str]:
         """The signatures ``device`` has no time for yet (what a cached calibration still
         has to measure for a new model or batch size)."""
         known = self.op_seconds.get(device, {})

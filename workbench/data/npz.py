@@ -15,6 +15,7 @@ bytes and the memory budget before it is read (:mod:`workbench.safe_io.bounded_n
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -117,7 +118,8 @@ def arrays_dataset(
             y_train[kept:],
         )
     inputs = {"x_train": x_train, "x_test": x_test}
-    labels = {"y_train": y_train, "y_test": y_test}
+    # y_test is given with x_test (checked above) or split off the training rows.
+    labels = {"y_train": y_train, "y_test": cast(np.ndarray, y_test)}
     for key, x in inputs.items():
         x = np.asarray(x)
         if x.ndim < 2 or len(x) == 0:

@@ -17,7 +17,7 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from workbench.events import EventLog
 from workbench.launch.runner import PreparedRun
@@ -30,9 +30,10 @@ from workbench.parallel.custom_loops import (
 from workbench.parallel.device_run import drop_device_state, snapshot_device, stage_run_dataset
 from workbench.parallel.dispatch import DeviceFailure, submit_each, wait_all
 from workbench.parallel.worker_spec import WorkerSpec
-from workbench.runtime.cluster import start_run_cluster
+from workbench.runtime.cluster import ClusterSession, start_run_cluster
 from workbench.runtime.devices import device_name
-from workbench.strategies.cluster_strategy import ClusterStrategy
+from workbench.strategies.cluster_strategy import ClusterStrategy, PlanContext
+from workbench.training.job import RestorePoint
 
 Arguments = list[tuple[tuple, dict]]  # each replica's (args, kwargs)
 
@@ -94,7 +95,7 @@ class ClusterLoop:
         self.deadline = config.stall_timeout + 120
         self.calls = 0
         self._stack = contextlib.ExitStack()
-        self.session = None
+        self.session: ClusterSession | None = None
         try:
             self.session = session = self._stack.enter_context(
                 start_run_cluster(
@@ -104,9 +105,9 @@ class ClusterLoop:
                     jobs=definition.jobs(config),
                 )
             )
-            job.device_type = session.device_type  # decided by the workers' reports
             stage_run_dataset(session, job, lambda line: None)
-            self.plan = definition.plan(config, job, session, lambda line: None)
+            start = RestorePoint.start_of(job)
+            self.plan = definition.plan(config, job, PlanContext(session, lambda line: None, start))
             for group in self.plan.setups:
                 context = contexts.get(group.function)
                 arguments = [
@@ -123,11 +124,18 @@ class ClusterLoop:
         self.device_names = list(session.device_names)
         self.ranks = list(self.plan.step_ranks)  # the replicas (or workers) step functions use
 
+    def _live_session(self) -> ClusterSession:
+        """The cluster, which ``close`` drops: using the loop after it fails as reading an
+        attribute of the dropped session would."""
+        if self.session is None:
+            raise AttributeError("the loop is closed: its cluster session was dropped")
+        return self.session
+
     # --- strategy.run ---------------------------------------------------------------------
 
     def run(self, function: Callable, arguments: Arguments) -> list[Any]:
         """One call of ``function`` on every replica, replica r with ``arguments[r]``."""
-        session, call = self.session, self.calls
+        session, call = self._live_session(), self.calls
         self.calls += 1
         futures = submit_each(
             session,
@@ -160,7 +168,7 @@ class ClusterLoop:
         """Each replica's result or error, once all are done (not at the first error, as a
         device step would: whether the replicas still agree depends on all of them). A device
         that leaves the cluster or a call past the deadline is a :class:`DeviceFailure`."""
-        session = self.session
+        session = self._live_session()
         started = checked = time.monotonic()
         while any(future.status == "pending" for future in futures):
             time.sleep(0.002)
@@ -193,7 +201,7 @@ class ClusterLoop:
 
     def schedule(self, function: Callable, args: tuple, kwargs: dict, index: int) -> Any:
         """A future for one closure on any worker of the step ranks (Dask chooses)."""
-        session = self.session
+        session = self._live_session()
         return session.client.submit(
             run_step_function,
             session.run_id,
@@ -212,17 +220,17 @@ class ClusterLoop:
     def snapshots(self) -> list[dict]:
         """The snapshot devices' variables, slots and what else they keep (a shard's
         staleness log); the events they kept go to the log."""
-        ranks = self.plan.snapshot_ranks
+        ranks, session = self.plan.snapshot_ranks, self._live_session()
         futures = submit_each(
-            self.session,
+            session,
             self.name,
             "snapshot",
             self.calls,
             snapshot_device,
-            [(self.session.run_id,)] * len(ranks),
+            [(session.run_id,)] * len(ranks),
             ranks=ranks,
         )
-        found = wait_all(self.session, futures, "gathering variables", None, self.deadline, ranks)
+        found = wait_all(session, futures, "gathering variables", None, self.deadline, ranks)
         for snapshot in found:
             _log_phases(self.log, snapshot.pop("events", ()))
         return found
@@ -251,7 +259,7 @@ def _client_paced(spec: Any) -> Any:
     """A spec as the client's calls pace the run: a parameter-server shard counts no budget
     of updates (``fit``'s free-running workers stop on one); the closures decide."""
     if dataclasses.is_dataclass(spec) and hasattr(spec, "total_updates"):
-        return dataclasses.replace(spec, total_updates=None)
+        return dataclasses.replace(cast(Any, spec), total_updates=None)
     return spec
 
 

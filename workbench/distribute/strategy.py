@@ -10,7 +10,8 @@ cluster set up as ``fit``'s would be (:mod:`workbench.distribute.loops`), kept u
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from workbench.config import ConfigError, RunConfig
@@ -97,7 +98,7 @@ class Strategy:
     def definition(self) -> StrategyDefinition:
         return STRATEGIES[self.strategy]
 
-    def scope(self) -> Iterator[Strategy]:
+    def scope(self) -> contextlib.AbstractContextManager[Any]:
         """Models built inside train with this strategy when their ``fit`` is called."""
         return strategy_scope(self)
 

@@ -63,7 +63,7 @@ class Node:
         return Value(self.name, index)
 
     def replace(self, **changes: Any) -> Node:
-        fields = {
+        fields: dict[str, Any] = {
             "name": self.name,
             "op": self.op,
             "inputs": self.inputs,

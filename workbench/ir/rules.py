@@ -84,7 +84,7 @@ def define_op(
     FOLD_RULES[name] = NEVER_FOLD if stateful else fold
 
 
-def fold_with_numpy(op: str, arrays: list[np.ndarray], attrs: dict[str, Any]) -> tuple:
+def fold_with_numpy(op: str, arrays: list[np.ndarray], attrs: dict[str, Any]) -> tuple | None:
     """Evaluate ``op`` on constant NumPy arrays, or return ``None`` when the op never folds."""
     rule = FOLD_RULES[op]
     if rule is NEVER_FOLD:

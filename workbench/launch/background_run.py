@@ -87,8 +87,11 @@ class BackgroundRun:
         self._steps_done = self.first_step
         self.rate = StepRate(self.first_step + warmup_steps(self.total_steps - self.first_step))
         # When the test point was logged: the devices are done (it is evaluated right after
-        # the last step, before the cluster closes); None until then.
+        # the last step, before the cluster closes); None until then. With it, the test
+        # (loss, accuracy).
         self.trained_at: float | None = None
+        self.test_result: tuple[float, float] | None = None
+        self._test_loss: float | None = None
         self.log.subscribe(self._count_steps)
         self._thread = threading.Thread(
             target=self._train, args=(prepared,), name=f"dtrain-{self.run_id}", daemon=True
@@ -137,6 +140,12 @@ class BackgroundRun:
         return self._done.is_set()
 
     @property
+    def dashboard_link(self) -> str | None:
+        """The Dask dashboard of the run's cluster, once it is up (None: no cluster yet, or
+        a one-device run)."""
+        return self._link.dashboard_link
+
+    @property
     def summary(self) -> dict | None:
         return self.result.summary if self.result is not None else None
 
@@ -148,7 +157,10 @@ class BackgroundRun:
         if isinstance(event, ScalarEvent) and event.name == "loss":
             self._steps_done = max(self._steps_done, event.step + 1)
             self.rate.add(event.time, event.step + 1)
+        elif isinstance(event, ScalarEvent) and event.name == "test_loss":
+            self._test_loss = event.value
         elif isinstance(event, ScalarEvent) and event.name == "test_accuracy":
+            self.test_result = (self._test_loss or 0.0, event.value)
             self.trained_at = time.time()
 
     def eta_seconds(self) -> float | None:

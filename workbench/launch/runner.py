@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from workbench.runtime.cluster_target import ClusterError, ClusterTarget, read_s
 from workbench.runtime.scheduler_probe import SchedulerProbeError, probe_scheduler
 from workbench.strategies import STRATEGIES, StrategyDefinition, validate_config
 from workbench.strategies.cluster_strategy import ClusterStrategy
-from workbench.training.job import Progress, TrainingJob, evaluate_on_test
+from workbench.training.job import Progress, TrainingJob, TrainOutcome, evaluate_on_test
 from workbench.training.run_checkpoint import save_run_checkpoint
 
 # A checkpoint continues the same run only if these match: they decide the model, the data
@@ -109,8 +109,10 @@ def run_training(
     classes must fit the data set); ``dataset``, the data set ``config.dataset`` names, with
     arrays given in Python (:func:`workbench.data.fit_arrays_dataset`)."""
     prepared = prepare_run(config, model, dataset)
-    if job_hook is not None:
-        job_hook(prepared.job)
+    if job_hook is not None:  # sees the job; may hand back a variant of it to train instead
+        job = job_hook(prepared.job)
+        if job is not None:
+            prepared = replace(prepared, job=job)
     return execute_run(prepared, log or EventLog(), progress)
 
 
@@ -191,16 +193,21 @@ def prepare_run(
 
 
 def predicted_figures(
-    config: RunConfig, job: TrainingJob, samples_per_second: float, progress: Progress
+    config: RunConfig,
+    job: TrainingJob,
+    outcome: TrainOutcome,
+    samples_per_second: float,
+    progress: Progress,
 ) -> tuple[dict, Prediction | None]:
     """What the planner predicted for this run's step from the run's own calibration, beside
     the step the run measured (steady state): ``predicted_step_ms``, ``measured_step_ms``;
     and the prediction. Nothing when the run has no calibration or its strategy is not
     predicted."""
-    if job.calibration is None:
+    if outcome.calibration is None:
         return {}, None
     try:
-        prediction = predict(config, job.model, job.optimizer, measured_costs(job.calibration))
+        costs = measured_costs(outcome.calibration)
+        prediction = predict(config, job.model, job.optimizer, costs)
     except PlanningError as error:
         progress(f"[plan] no prediction: {error}")
         return {}, None
@@ -213,7 +220,7 @@ def predicted_figures(
         "predicted_step_ms": round(prediction.step_seconds * 1e3, 4),
         "measured_step_ms": round(measured, 4) if measured else None,
         # What calibrating took this run, before its first step (0: all of it cached).
-        "calibration_seconds": round(job.calibration_seconds, 4),
+        "calibration_seconds": round(outcome.calibration_seconds, 4),
     }, prediction
 
 
@@ -242,9 +249,9 @@ def _train_and_summarize(prepared: PreparedRun, log: EventLog, progress: Progres
         f"[{config.strategy}] {model.name} on {dataset.name}: {steps - first_step} steps "
         f"of batch {config.batch_size}, {config.dtype}, {device_type}"
     )
-    trained = strategy.train(config, job, log, progress)
-    device_type = job.device_type  # a cluster run's, as its workers decided
-    test_loss, test_accuracy = evaluate_on_test(job, trained, log)
+    outcome = strategy.train(config, job, log, progress)
+    trained, device_type, faults = outcome.trained, outcome.device_type, outcome.faults
+    test_loss, test_accuracy = outcome.test_result or evaluate_on_test(job, trained, log)
     parameters, optimizer_state = trained.parameters(), trained.optimizer_state()
     losses = log.scalars("loss")
     completed = losses[-1].step + 1 if losses else first_step
@@ -274,19 +281,21 @@ def _train_and_summarize(prepared: PreparedRun, log: EventLog, progress: Progres
         "warmup_steps_excluded": figures["warmup_steps_excluded"],
         "saved_to": config.save,
         # Recoveries from the last checkpoint, and the completed steps they ran again.
-        "restarts": job.faults.restarts,
-        "steps_recomputed": job.faults.steps_recomputed,
-        "recovery_seconds": [round(s, 3) for s in job.faults.recovery_seconds],
+        "restarts": faults.restarts,
+        "steps_recomputed": faults.steps_recomputed,
+        "recovery_seconds": [round(s, 3) for s in faults.recovery_seconds],
         # Why each failure happened, and where the run restarted from (status.json's too).
         "failure_reasons": failure_reasons(log.events),
     }
-    if job.faults.devices is not None and job.faults.devices != len(devices):
-        summary["devices_at_end"] = job.faults.devices  # an elastic run that lost devices
+    if faults.devices is not None and faults.devices != len(devices):
+        summary["devices_at_end"] = faults.devices  # an elastic run that lost devices
     extra = strategy.summary_fields(config, log, devices)
     for entry, more in zip(summary["per_device"], extra.pop("per_device", ())):
         entry.update(more)  # e.g. a parameter server's updates per worker
     summary.update(extra)
-    predicted, prediction = predicted_figures(config, job, figures["samples_per_second"], progress)
+    predicted, prediction = predicted_figures(
+        config, job, outcome, figures["samples_per_second"], progress
+    )
     summary.update(predicted)
 
     progress(

@@ -39,7 +39,7 @@ def glorot_uniform(rng: np.random.Generator, shape, fan_in: int, fan_out: int) -
 
 
 def activate(x: Tensor, activation: str | None) -> Tensor:
-    if activation in (None, "linear"):
+    if activation is None or activation == "linear":
         return x
     return {"relu": ops.relu, "tanh": ops.tanh, "sigmoid": ops.sigmoid, "gelu": ops.gelu}[
         activation

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from workbench.models.layers import Conv2D, Dense, Flatten, LayerNorm, MaxPool2D, ModelError
+from workbench.models.layers import Conv2D, Dense, Flatten, Layer, LayerNorm, MaxPool2D, ModelError
 from workbench.models.sequential import Sequential
 from workbench.models.transformer import PositionEmbedding, Reshape, TokenMean, TransformerBlock
 
@@ -13,7 +13,7 @@ MODEL_NAMES = ("mlp", "cnn", "transformer")
 
 def mlp(input_shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (512, 512)):
     """Flatten, then ``Dense(h, relu)`` per hidden size, then a linear classifier."""
-    layers = [Flatten()] if len(input_shape) > 1 else []
+    layers: list[Layer] = [Flatten()] if len(input_shape) > 1 else []
     layers += [Dense(units, activation="relu") for units in hidden]
     layers.append(Dense(num_classes))
     return Sequential(layers, input_shape, name="mlp")

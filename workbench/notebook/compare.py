@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from workbench.config import RunConfig
@@ -111,6 +112,8 @@ def _row(
 
 
 class _TableMixin:
+    rows: Callable[[], list[dict[str, Any]]]  # each class of the table has its own
+
     def columns(self) -> tuple[tuple[str, str], ...]:
         """The table's (key, label) columns; the compression ones only when some run of the
         comparison compresses its gradients."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 import ipywidgets as widgets
 from bokeh.layouts import column
@@ -142,13 +143,13 @@ class ComparisonView:
                 self._origins[index] = first_step_start(run.log.since(0))
                 if self._origins[index] is None:
                     continue  # drawn from its first step on, once it has one
-            origin = self._origins[index]
+            origin = cast(float, self._origins[index])  # set above, or the run was skipped
             new = run.log.since(self._read[index])  # only what arrived since the last refresh
             self._read[index] += len(new)
             losses = [e for e in new if isinstance(e, ScalarEvent) and e.name == "loss"]
             if not losses:
                 continue
-            rows = {
+            rows: dict[str, list] = {
                 "step": [event.step for event in losses],
                 "time": [event.time - origin for event in losses],
                 "loss": [event.value for event in losses],

@@ -35,8 +35,16 @@ def partition_figure(
     devices = list(partitioned.partitions)
     colours = {device: Category10[10][i % 10] for i, device in enumerate(devices)}
     position: dict[str, tuple[int, int]] = {}
-    nodes = {"x": [], "y": [], "name": [], "op": [], "device": [], "colour": [], "marker": []}
-    inside = {"x0": [], "y0": [], "x1": [], "y1": []}
+    nodes: dict[str, list] = {
+        "x": [],
+        "y": [],
+        "name": [],
+        "op": [],
+        "device": [],
+        "colour": [],
+        "marker": [],
+    }
+    inside: dict[str, list] = {"x0": [], "y0": [], "x1": [], "y1": []}
     for lane, (device, graph) in enumerate(partitioned.partitions.items()):
         for order, node in enumerate(graph.nodes):
             position[node.name] = (order, lane)
@@ -56,7 +64,8 @@ def partition_figure(
                     inside["y0"].append(y0)
                     inside["x1"].append(x1)
                     inside["y1"].append(y1)
-    sends, receives = {}, {}
+    sends: dict[str, str] = {}
+    receives: dict[str, str] = {}
     for graph in partitioned.partitions.values():
         for node in graph.nodes:
             if node.op in MARKERS:
@@ -69,8 +78,8 @@ def partition_figure(
             (x0, y0), (x1, y1) = position[sender], position[receives[key]]
             ms = f"{1e3 * seconds[key]:.3f}" if key in seconds else "-"
             row = (x0, y0, x1, y1, key, f"{nbytes.get(key, 0):,}", ms)
-            for column, value in zip(across, row):
-                across[column].append(value)
+            for column, cell in zip(across, row):
+                across[column].append(cell)
 
     title = f"partitioned graph: {len(devices)} devices, {len(sends)} Send/Recv pairs"
     lanes = list(devices)
@@ -113,7 +122,7 @@ def pipeline_figure(model, stages: list[range], devices: list[str], width: int =
     between consecutive stages the two Send/Recv pairs every micro-batch crosses (activations
     forward, their gradients backward)."""
     colours = {device: Category10[10][i % 10] for i, device in enumerate(devices)}
-    boxes = {"x": [], "y": [], "layer": [], "device": [], "colour": []}
+    boxes: dict[str, list] = {"x": [], "y": [], "layer": [], "device": [], "colour": []}
     for lane, (layers, device) in enumerate(zip(stages, devices, strict=True)):
         for index in layers:
             boxes["x"].append(index)
@@ -121,7 +130,7 @@ def pipeline_figure(model, stages: list[range], devices: list[str], width: int =
             boxes["layer"].append(model.layers[index].name)
             boxes["device"].append(device)
             boxes["colour"].append(colours[device])
-    edges = {"x0": [], "y0": [], "x1": [], "y1": [], "what": []}
+    edges: dict[str, list] = {"x0": [], "y0": [], "x1": [], "y1": [], "what": []}
     for lane in range(len(stages) - 1):
         last, first = stages[lane][-1], stages[lane + 1][0]
         for x0, y0, x1, y1, what in (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
@@ -20,6 +20,8 @@ from workbench.launch.flags import build_parser, parse_plan_flags, parse_run_fla
 from workbench.notebook.display import ensure_bokehjs, show
 
 if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
     from workbench.launch.background_run import BackgroundRun, RunTable
 
 # The training engine, Dask, Bokeh and the widgets are imported by the magic that needs them,
@@ -79,6 +81,8 @@ def split_notebook_flags(words: list[str]) -> tuple[list[str], str | None, bool]
 
 @magics_class
 class WorkbenchMagics(Magics):
+    shell: InteractiveShell  # IPython registers magics with their shell, never without
+
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
         self._runs: RunTable | None = None
@@ -253,5 +257,5 @@ def load_ipython_extension(shell: Any) -> None:
         # the page may render before BokehJS has run, and stay blank.
         ensure_bokehjs()
     # What %dtrain? shows: built on load, since the parser's help needs the registries.
-    magics.dtrain.__func__.__doc__ = _usage()
+    cast(Any, magics.dtrain).__func__.__doc__ = _usage()
     shell.register_magics(magics)

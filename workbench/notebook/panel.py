@@ -162,7 +162,7 @@ class RunPanel:
         ended = ended_word(run, step)
         self.progress.value = step - run.first_step
         self.progress_text.value = step_text(run, step)
-        link = run.job.dashboard_link
+        link = run.dashboard_link
         if ended is not None:
             self.dashboard.value = ""  # its cluster is closing or gone
         elif link and not self.dashboard.value:
@@ -190,7 +190,7 @@ class RunPanel:
                 f"{summary.get('samples_per_second', 0):,.0f} samples/s"
             )
         elif ended is not None:  # the devices are done; the cluster closes
-            result = run.job.test_result
+            result = run.test_result
             after = (
                 f": test accuracy {result[1]:.4f} (closing the cluster)"
                 if result is not None

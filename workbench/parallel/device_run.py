@@ -40,7 +40,14 @@ from workbench.runtime.devices import device_name
 from workbench.runtime.host_dataset import stage_dataset
 from workbench.runtime.worker_service import device_service
 from workbench.safe_io import ForeignPathError
-from workbench.training.job import Progress, TrainingJob, evaluate_on_test
+from workbench.training.job import (
+    FaultRecord,
+    Progress,
+    RestorePoint,
+    TrainingJob,
+    TrainOutcome,
+    evaluate_on_test,
+)
 from workbench.training.session import TrainingSession
 
 
@@ -126,12 +133,14 @@ def run_on_devices(
     log: EventLog,
     progress: Progress,
     devices: int,
-    make_plan: Callable[[ClusterSession], DevicePlan],
+    make_plan: Callable[[ClusterSession, RestorePoint], DevicePlan],
     jobs: tuple[tuple[str, int], ...] | None = None,
     elastic: bool = False,
-) -> TrainingSession:
-    """Train ``job`` on ``devices`` cluster devices as ``make_plan`` says, checkpointing
-    periodically and recovering from failed devices (:mod:`workbench.parallel.recovery`);
+) -> TrainOutcome:
+    """Train ``job`` on ``devices`` cluster devices as ``make_plan(session, restore)`` says
+    (``restore``: where the devices start, the run's start or, after a failure, the last
+    checkpoint), checkpointing periodically and recovering from failed devices
+    (:mod:`workbench.parallel.recovery`);
     ``elastic``: the plan re-shards the global batch over however many devices it is given."""
     config = job.config
     deadline = config.stall_timeout + 120
@@ -149,15 +158,13 @@ def run_on_devices(
         ) as session,
         contextlib.ExitStack() as watching,  # left before the cluster closes
     ):
-        for observer in job.observers:  # e.g. events -> the dashboard's pages
+        # e.g. events -> the dashboard's pages; the run's record notes the cluster
+        for observer in job.observers:
             watching.enter_context(observer.watch(session, strategy, job, log, progress))
-        job.device_type = session.device_type  # decided by the workers' reports
-        job.dashboard_link = session.dashboard_link
-        job.scheduler_address = getattr(session.client.scheduler, "address", None)
-        job.scheduler_security = getattr(session.client, "security", None)
         if session.dashboard_link:
             progress(f"[{strategy}] Dask dashboard: {session.dashboard_link}")
-        attempt = Attempt(strategy, job, log, progress, session, make_plan, deadline)
+        faults = FaultRecord()
+        attempt = Attempt(strategy, job, log, progress, session, make_plan, deadline, faults)
         names = list(session.device_names)
         state = None  # (variables, slots) where the devices cannot hand theirs over
         stopped_in_fault = False
@@ -173,7 +180,7 @@ def run_on_devices(
                 state, stopped_in_fault = attempt.stopped_in_fault(), True
                 break
             except DeviceFailure as failure:
-                gives_up = job.faults.restarts >= config.max_restarts or not failure.recoverable
+                gives_up = faults.restarts >= config.max_restarts or not failure.recoverable
                 if job.stop.is_set():  # asked to stop: no new attempt
                     attempt.record_failure(failure, "stopping")
                     state, stopped_in_fault = attempt.stopped_in_fault(), True
@@ -200,7 +207,7 @@ def run_on_devices(
                     state, stopped_in_fault = attempt.stopped_in_fault(), True
                     break
                 attempt.restore(noticed, failure)
-        job.faults.devices = len(session.addresses)
+        faults.devices = len(session.addresses)
         host = TrainingSession(
             job.model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed
         )
@@ -214,8 +221,8 @@ def run_on_devices(
         if stopped_in_fault:  # its variables are its restart point's, not its last step's
             host.variables_step = attempt.checkpoints.step
         # While the dashboard's pages still follow the run: the test point reaches them too.
-        evaluate_on_test(job, host, log)
-    return host
+        test_result = evaluate_on_test(job, host, log)
+        return TrainOutcome(host, session.device_type, faults, test_result=test_result)
 
 
 def _worker_names(session: ClusterSession, count: int) -> list[str]:
@@ -238,17 +245,19 @@ class Attempt:
     """One go at the run on the session's current devices, from ``first`` (the run's first
     step, or the checkpoint a recovery restarts from) to the end."""
 
-    def __init__(self, strategy, job, log, progress, session, make_plan, deadline) -> None:
+    def __init__(self, strategy, job, log, progress, session, make_plan, deadline, faults) -> None:
         self.strategy, self.job, self.log, self.progress = strategy, job, log, progress
         self.session, self.make_plan, self.deadline = session, make_plan, deadline
+        self.faults = faults  # what the run's failures cost: the run's outcome reports it
         self.checkpoints = PeriodicCheckpoints(job)
-        self.first = job.first_step
+        self.start = RestorePoint.start_of(job)  # where the next plan starts the devices
+        self.first = self.start.step
         self.noticed: float | None = None  # when the failure being recovered from was seen
 
     def run(self, grow_to: int | None) -> list[dict]:
         session, strategy, job = self.session, self.strategy, self.job
         stage_run_dataset(session, job, self.progress)
-        plan = self.make_plan(session)
+        plan = self.make_plan(session, self.start)
         self.plan = plan
         try:
             for group in plan.setups:
@@ -377,12 +386,12 @@ class Attempt:
 
     def restore(self, noticed: float, failure: DeviceFailure) -> None:
         """Go on from the last checkpoint on the session's (new) devices."""
-        job = self.job
-        job.faults.restarts += 1
-        self.log.scalar("restarts", self.checkpoints.step, job.faults.restarts, job.clock())
+        job, faults = self.job, self.faults
+        faults.restarts += 1
+        self.log.scalar("restarts", self.checkpoints.step, faults.restarts, job.clock())
         self._from_checkpoint()
         if failure.step is not None:
-            job.faults.steps_recomputed += max(0, failure.step - self.first)
+            faults.steps_recomputed += max(0, failure.step - self.first)
         self.noticed = noticed
 
     def _note_recovered(self, first: int, results: list) -> None:
@@ -394,7 +403,7 @@ class Attempt:
         for device in self.session.device_names:
             self.log.phase(device, "recovery", first, self.noticed, resumed)
         seconds = resumed - self.noticed
-        self.job.faults.recovery_seconds.append(seconds)
+        self.faults.recovery_seconds.append(seconds)
         self.log.scalar("recovery_seconds", first, seconds, self.job.clock())
         self.progress(
             f"[{self.strategy}] recovered on {len(self.session.addresses)} devices in "
@@ -416,9 +425,6 @@ class Attempt:
         raise Regroup
 
     def _from_checkpoint(self) -> None:
-        """The next attempt starts from the newest checkpoint (plans read it from the job)."""
-        job = self.job
-        self.first, job.initial_parameters, job.initial_optimizer_state = (
-            self.checkpoints.restart_point()
-        )
-        job.restored_step = self.first
+        """The next attempt starts from the newest checkpoint (its plan is made from it)."""
+        self.start = RestorePoint(*self.checkpoints.restart_point())
+        self.first = self.start.step

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import overload
 
 from workbench.ir import GraphBuilder, Tensor, gradients, ops
 from workbench.models import ApplyContext, Sequential
@@ -30,6 +31,10 @@ class Tower:
     gradients: dict[str, Tensor]  # by the names of ``wrt``, in its order
 
 
+@overload
+def tower_scope(index: int) -> str: ...
+@overload
+def tower_scope(index: None) -> None: ...
 def tower_scope(index: int | None) -> str | None:
     """The name scope of tower ``index`` (None: a between-graph replica, unprefixed)."""
     return None if index is None else f"{TOWER_PREFIX}{index}"

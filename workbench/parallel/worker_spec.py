@@ -18,7 +18,7 @@ from workbench.parallel.straggler import SimulatedStraggler
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.device_arrays import DeviceArrays
 from workbench.runtime.host_dataset import worker_dataset
-from workbench.training.job import TrainingJob
+from workbench.training.job import RestorePoint, TrainingJob
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,11 @@ def make_worker_spec(
     job: TrainingJob,
     rank: int,
     replicas: int,
+    restore: RestorePoint,
     reads_own_data: bool = True,
 ) -> WorkerSpec:
-    """The spec of device ``rank`` of ``session`` for ``job``, one of ``replicas`` replicas."""
+    """The spec of device ``rank`` of ``session`` for ``job``, one of ``replicas`` replicas,
+    starting from ``restore``'s variables."""
     return WorkerSpec(
         run_id=session.run_id,
         config=job.config.to_dict(),
@@ -90,8 +92,8 @@ def make_worker_spec(
         device_type=session.device_type,
         model=job.model,
         reads_own_data=reads_own_data,
-        initial_parameters=job.initial_parameters,
-        initial_optimizer_state=job.initial_optimizer_state,
+        initial_parameters=restore.parameters,
+        initial_optimizer_state=restore.optimizer_state,
     )
 
 

@@ -82,7 +82,8 @@ class Timeline:
     def finish_at(self, node: Node, device: str, first: Sequence[Node] = ()) -> float:
         """When ``node`` would finish on ``device`` if the uncommitted nodes ``first`` (its
         inputs still to place, in graph order) ran there just before it. Nothing changes."""
-        time, made = self.free[device], {}
+        time = self.free[device]
+        made: dict[str, float] = {}
         for each in [*first, node]:
             ready, _ = self._receive(each, device, made, time)
             time = made[each.name] = ready + self.cost.node_seconds(self.graph, each, device)

@@ -16,6 +16,7 @@ import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from workbench.config import RunConfig
 from workbench.data import ARRAYS_KIND
@@ -53,7 +54,7 @@ SHIPPED_TO_LOCAL_CLUSTERS = ("digits",)
 class ClusterSession:
     """A connected client plus the workers used as devices, in rank order."""
 
-    client: object
+    client: Any  # a distributed.Client (distributed ships no type information)
     addresses: list[str]
     device_names: list[str]
     device_type: str
@@ -313,7 +314,7 @@ def start_cluster(
     quiet_dask_logs()  # Dask's nanny lines and large-graph warning are not the user's news
     from distributed import Client
 
-    owned = []
+    owned: list[Any] = []  # the janitor, the scratch directory, the cluster
     client = session = dashboard_token = None
     owns_client = True
     try:

@@ -25,6 +25,7 @@ everything a worker that died left.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import mmap
 import os
@@ -157,7 +158,7 @@ class ChannelSender:
         self._closed = False
         # Only this process makes it: a peer that sees it shares this host's /dev/shm.
         try:
-            self._probe = Segment.create(probe_path(run_id, source, target), 1)
+            self._probe: Segment | None = Segment.create(probe_path(run_id, source, target), 1)
         except BaseException:
             self._probe = None
             self.close()
@@ -291,7 +292,7 @@ class ChannelReceiver:
                 tuple(header["shape"]), dtype=np.dtype(header["dtype"]), buffer=segment.memory
             )
             name = header["segment"]
-            self._deliver(header["key"], SharedMessage(view, lambda name=name: self._return(name)))
+            self._deliver(header["key"], SharedMessage(view, functools.partial(self._return, name)))
 
     def _attach(self, name: str) -> Segment:
         if os.path.basename(name) != name:  # only the sender writes headers, but still
@@ -379,7 +380,7 @@ class ChannelRegistry:
         for sender in closing_senders:
             sender.close()
         for receiver in closing_receivers:
-            self._on_loop(lambda receiver=receiver: self._stop(receiver))
+            self._on_loop(functools.partial(self._stop, receiver))
 
     def _stop(self, receiver: ChannelReceiver) -> None:
         with contextlib.suppress(Exception):

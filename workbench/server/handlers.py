@@ -164,7 +164,9 @@ def routes(base_url: str) -> list[tuple[str, type, dict[str, Any]]]:
         (rf"{run}/trace", TraceHandler),
         (rf"{run}/scalars\.csv", ScalarsCsvHandler),
     ]
-    routes = [(url_path_join(base, "api") + path, handler, {}) for path, handler in api]
+    routes: list[tuple[str, type, dict[str, Any]]] = [
+        (url_path_join(base, "api") + path, handler, {}) for path, handler in api
+    ]
     routes.append((base + rf"{run}/charts/(?P<page>{PAGE})", ChartPageHandler, {}))
     routes.append(
         (

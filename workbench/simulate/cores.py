@@ -35,9 +35,12 @@ import heapq
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from workbench.simulate.collectives import explicit_ring
-from workbench.simulate.programs import Action, RingAllReduce
+from workbench.simulate.programs import Action, Compute, Recv, RingAllReduce, Send
+
+_Played = Compute | Send | Recv  # what an explicit ring is made of
 
 
 def check_cores(
@@ -201,7 +204,9 @@ def explicit_rings(
         for device, actions in explicit_ring(ring).items():
             own = members[device]
             if (own.phase, own.stream) != (ring.phase, ring.stream):
-                actions = [replace(a, phase=own.phase, stream=own.stream) for a in actions]
+                actions = [
+                    replace(cast(_Played, a), phase=own.phase, stream=own.stream) for a in actions
+                ]
             parts[(device, key)] = actions
     expanded: dict[str, list[Action]] = {}
     for device, actions in programs.items():

@@ -18,6 +18,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import cast
 
 import numpy as np
 
@@ -68,7 +69,8 @@ class Engine:
         self.next_in_stream: list[list[int]] = []
         self.pending: dict[tuple[int, str], int] = {}  # (device, stream) -> its action now
         for device, actions in enumerate(self.actions):
-            following, last_of = [-1] * len(actions), {}
+            following = [-1] * len(actions)
+            last_of: dict[str, int] = {}
             for index, action in enumerate(actions):
                 if action.stream in last_of:
                     following[last_of[action.stream]] = index
@@ -155,7 +157,7 @@ class Engine:
     def _record(
         self,
         device: int,
-        action: Action,
+        action: Compute | Send | Recv | RingAllReduce,
         label: str,
         span: tuple[float, float],
         kind: str,
@@ -212,7 +214,7 @@ class Engine:
             self.waiting_receives[message] = (device, index, time)
 
     def _received(self, device: int, index: int, posted: float, arrival: float, nbytes: int):
-        action = self.actions[device][index]
+        action = cast(Recv, self.actions[device][index])
         end = max(posted, arrival)
         self._record(device, action, action.key, (posted, end), "recv", received=nbytes)
         self._done(device, index, end)
@@ -238,7 +240,12 @@ class Engine:
         del self.ring_arrivals[ring.key]
         members = [self.number[name] for name in ring.devices]
         if set(joined) != set(members) or any(
-            replace(self.actions[m][joined[m][0]], phase=ring.phase, stream=ring.stream) != ring
+            replace(
+                cast(RingAllReduce, self.actions[m][joined[m][0]]),
+                phase=ring.phase,
+                stream=ring.stream,
+            )
+            != ring
             for m in members
         ):
             raise ValueError(f"ring {ring.key!r}: its members describe different rings")
@@ -262,6 +269,6 @@ class Engine:
             member_index, start = joined[member]
             end = float(result.finish[rank])
             sent, received = int(result.sent[rank]), int(result.received[rank])
-            action = self.actions[member][member_index]
+            action = cast(RingAllReduce, self.actions[member][member_index])
             self._record(member, action, ring.key, (start, end), "collective", sent, received)
             self._done(member, member_index, end)

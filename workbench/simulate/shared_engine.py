@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
+from typing import cast
 
 from workbench.simulate.cores import SharedCores, check_cores, explicit_rings
 from workbench.simulate.links import LinkModel
@@ -83,7 +84,8 @@ class SharedEngine(Engine):
                 continue
             self.events += 1
             time, jobs = self.shared.finish_next()
-            for device, index, started in jobs:
+            # each job is the (device, index, started) this engine started it with
+            for device, index, started in cast(list[tuple[int, int, float]], jobs):
                 self._job_ended(device, index, started, time)
         return self._timeline()
 
@@ -109,7 +111,7 @@ class SharedEngine(Engine):
         waiting = self.putting[pair]
         while waiting:
             device, index, posted = waiting[0]
-            seconds = self.actions[device][index].nbytes / self._link(*pair).bandwidth
+            seconds = cast(Send, self.actions[device][index]).nbytes / self._link(*pair).bandwidth
             if seconds > 0:
                 self.shared.start(self.hosts[device], seconds, time, waiting[0])
                 return
@@ -124,7 +126,7 @@ class SharedEngine(Engine):
             self._record(device, action, action.label, (started, time), "compute")
             self._done(device, index, time)
             return
-        pair = (self.devices[device], action.to)
+        pair = (self.devices[device], cast(Send, action).to)  # CPU work is a compute or a put
         self.putting[pair].popleft()
         self._sent(device, index, started, time)
         self._put_next(pair, time)

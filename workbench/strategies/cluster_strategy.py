@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from workbench.config import RunConfig
@@ -17,9 +18,23 @@ from workbench.events import EventLog
 from workbench.parallel.device_run import DevicePlan, run_on_devices
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.definition import StrategyDefinition
-from workbench.training.calibration import add_to_calibration, calibrate_run
-from workbench.training.job import Progress, TrainingJob
-from workbench.training.session import TrainingSession
+from workbench.training.calibration import RunCalibration, add_to_calibration, calibrate_run
+from workbench.training.job import Progress, RestorePoint, TrainingJob, TrainOutcome
+
+Known = RunCalibration | None  # the run's calibration so far (None: none yet)
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """Where a plan is made: the cluster ``session`` whose devices it uses, the run's
+    ``progress`` lines, the ``restore`` point its devices start from (the run's start, or the
+    checkpoint a recovery goes on from) and what the devices were measured to cost
+    (``calibration``; None: not calibrated)."""
+
+    session: ClusterSession
+    progress: Progress
+    restore: RestorePoint
+    calibration: Calibration | None = None
 
 
 class ClusterStrategy(StrategyDefinition):
@@ -38,26 +53,25 @@ class ClusterStrategy(StrategyDefinition):
         return False
 
     @abstractmethod
-    def plan(
-        self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress
-    ) -> DevicePlan:
-        """What each device of ``session`` sets up and runs each step."""
+    def plan(self, config: RunConfig, job: TrainingJob, at: PlanContext) -> DevicePlan:
+        """What each device of ``at.session`` sets up and runs each step (see
+        :class:`PlanContext`)."""
 
     def _calibrated(
-        self, job: TrainingJob, session: ClusterSession, progress: Progress
-    ) -> ClusterSession:
-        """``session``, its devices calibrated once for the run (before the first plan: the
-        placer reads the costs)."""
-        if job.calibration is None:
-            calibrate_run(
-                job,
-                self.device_batch_sizes(job.config),
-                progress,
-                session,
-                wires=self.wires,
-                link_sizes=self.link_sizes(job.config, session.device_type),
-            )
-        return session
+        self, job: TrainingJob, session: ClusterSession, progress: Progress, so_far: Known
+    ) -> RunCalibration:
+        """The run's calibration with ``session``'s devices in it: measured once for the run
+        (before the first plan: the placer reads the costs), ``so_far`` after that."""
+        if so_far is not None:
+            return so_far
+        return calibrate_run(
+            job,
+            self.device_batch_sizes(job.config),
+            progress,
+            session,
+            wires=self.wires,
+            link_sizes=self.link_sizes(job.config, session.device_type),
+        )
 
     def _measure_more(
         self,
@@ -66,21 +80,22 @@ class ClusterStrategy(StrategyDefinition):
         progress: Progress,
         keys: Sequence[str],
         measure: Callable[[list[str]], dict[str, Any]],
-    ) -> None:
+        so_far: RunCalibration,
+    ) -> RunCalibration:
         """Adds to the run's calibration what ``measure(missing keys)`` times beyond nodes
         and links (a strategy's own exchanges, as its devices run them, under
         :func:`~workbench.costs.collective_key`; it returns :class:`Calibration` fields),
         unless the run does not calibrate or every one of ``keys`` is cached."""
-        calibration = job.calibration
+        calibration = so_far.calibration
         if calibration is None or job.config.no_calibrate:
-            return
+            return so_far
         missing = [key for key in keys if not calibration.has_measured(key)]
         if not missing:
-            return
+            return so_far
         started = time.perf_counter()
         fields = measure(missing)
-        add_to_calibration(
-            job,
+        return add_to_calibration(
+            so_far,
             session,
             Calibration(
                 calibration.signature,
@@ -93,16 +108,27 @@ class ClusterStrategy(StrategyDefinition):
 
     def train(
         self, config: RunConfig, job: TrainingJob, log: EventLog, progress: Progress
-    ) -> TrainingSession:
-        return run_on_devices(
+    ) -> TrainOutcome:
+        calibrated: list[RunCalibration] = []  # this run's, newest last (recoveries plan again)
+
+        def make_plan(session: ClusterSession, restore: RestorePoint) -> DevicePlan:
+            so_far = self._calibrated(
+                job, session, progress, calibrated[-1] if calibrated else None
+            )
+            calibrated.append(so_far)
+            return self.plan(
+                config, job, PlanContext(session, progress, restore, so_far.calibration)
+            )
+
+        outcome = run_on_devices(
             self.name,
             job,
             log,
             progress,
             self.device_count(config),
-            lambda session: self.plan(
-                config, job, self._calibrated(job, session, progress), progress
-            ),
+            make_plan,
             self.jobs(config),
             elastic=self.elastic(config),
         )
+        last = calibrated[-1] if calibrated else RunCalibration()
+        return replace(outcome, calibration=last.calibration, calibration_seconds=last.seconds)

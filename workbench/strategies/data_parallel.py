@@ -26,9 +26,10 @@ from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
 from workbench.runtime.calibration_probe import LATENCY_SIZES, TRANSFER_SIZES
 from workbench.runtime.cluster import ClusterSession
-from workbench.strategies.cluster_strategy import ClusterStrategy
+from workbench.strategies.cluster_strategy import ClusterStrategy, Known, PlanContext
 from workbench.strategies.definition import replicas_divide_the_batch
-from workbench.training.job import Progress, TrainingJob
+from workbench.training.calibration import RunCalibration
+from workbench.training.job import Progress, RestorePoint, TrainingJob
 
 
 class DataParallel(ClusterStrategy):
@@ -47,15 +48,15 @@ class DataParallel(ClusterStrategy):
         return 2
 
     def _calibrated(
-        self, job: TrainingJob, session: ClusterSession, progress: Progress
-    ) -> ClusterSession:
+        self, job: TrainingJob, session: ClusterSession, progress: Progress, so_far: Known
+    ) -> RunCalibration:
         """Besides nodes and links, the run's own collectives as its replicas run them (the
         all-reduce; central storage's reduce and broadcast), once per cluster, kind and
         groups (then cached), for the planner's prediction."""
-        session = super()._calibrated(job, session, progress)
+        so_far = super()._calibrated(job, session, progress, so_far)
         config = job.config
         if not self.times_its_collectives(config, session.device_type, session.nccl_usable):
-            return session
+            return so_far
         groups = self.groups(config, session.addresses)
         names = session.device_names
         named_groups = [[names[rank] for rank in group] for group in groups]
@@ -81,8 +82,7 @@ class DataParallel(ClusterStrategy):
                 )
             return {"collectives": fits}
 
-        self._measure_more(job, session, progress, list(keys), measure)
-        return session
+        return self._measure_more(job, session, progress, list(keys), measure, so_far)
 
     def compression(self, config: RunConfig) -> str:
         """The ``--compression`` value (validated, canonical) for the strategies that take it."""
@@ -141,9 +141,8 @@ class DataParallel(ClusterStrategy):
         # Replica r of N takes rows [r*B/N, (r+1)*B/N) of the same global batch, for any N.
         return bool(config.options.get("elastic", False))
 
-    def plan(
-        self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress
-    ) -> DevicePlan:
+    def plan(self, config: RunConfig, job: TrainingJob, at: PlanContext) -> DevicePlan:
+        session, restore = at.session, at.restore
         replicas = len(session.addresses)
         algorithm = self.algorithm(config, session.device_type, session.nccl_usable)
         if algorithm == "nccl" and session.device_type != "gpu":
@@ -159,10 +158,10 @@ class DataParallel(ClusterStrategy):
                 "choose ring, hierarchical-copy or reduce-to-one (auto takes ring here)",
             )
         if config.options.get("replication") == "in-graph":
-            return self.in_graph_plan(config, job, session)
+            return self.in_graph_plan(config, job, session, restore)
         specs = [
             ReplicaSpec(
-                worker=make_worker_spec(session, job, rank, replicas),
+                worker=make_worker_spec(session, job, rank, replicas, restore),
                 stall_timeout=config.stall_timeout,
                 algorithm=algorithm,
                 groups=self.groups(config, session.addresses),
@@ -194,14 +193,14 @@ class DataParallel(ClusterStrategy):
         )
 
     def in_graph_plan(
-        self, config: RunConfig, job: TrainingJob, session: ClusterSession
+        self, config: RunConfig, job: TrainingJob, session: ClusterSession, restore: RestorePoint
     ) -> DevicePlan:
         """Every device runs its partition of the one graph each step."""
         graph = self.in_graph_graph(config, job.model, job.optimizer, session.device_names)
         replicas = len(session.addresses)
         specs = [
             DeviceSpec(
-                make_worker_spec(session, job, rank, replicas),
+                make_worker_spec(session, job, rank, replicas, restore),
                 graph.partitioned.partitions[session.device_names[rank]],
                 config.stall_timeout,
                 towers=replicas,

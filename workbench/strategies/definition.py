@@ -20,7 +20,7 @@ from workbench.models import Sequential
 from workbench.parallel.pipeline.stages import StageError, split_layers
 from workbench.runtime import device_name
 from workbench.runtime.calibration_probe import TRANSFER_SIZES
-from workbench.training.job import Progress, TrainedModel, TrainingJob
+from workbench.training.job import Progress, TrainingJob, TrainOutcome
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
@@ -102,9 +102,10 @@ class StrategyDefinition(ABC):
     @abstractmethod
     def train(
         self, config: RunConfig, job: TrainingJob, log: EventLog, progress: Progress
-    ) -> TrainedModel:
+    ) -> TrainOutcome:
         """Train ``job``, recording what every device did in ``log``; return the trained
-        variables, gathered on the host."""
+        variables, gathered on the host, with what the run found out on the way (its device
+        type, faults, calibration). ``job`` is only read."""
 
     def summary_fields(
         self, config: RunConfig, log: EventLog, devices: list[str]

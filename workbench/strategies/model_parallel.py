@@ -20,12 +20,11 @@ from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
 from workbench.passes import PlacementError
 from workbench.passes.place import resolve_device
-from workbench.runtime.cluster import ClusterSession
-from workbench.strategies.cluster_strategy import ClusterStrategy
+from workbench.strategies.cluster_strategy import ClusterStrategy, PlanContext
 from workbench.strategies.definition import layers_fill
 from workbench.strategies.options import PLACEMENT
 from workbench.training.calibration import cached_local_calibration
-from workbench.training.job import Progress, TrainingJob
+from workbench.training.job import TrainingJob
 
 
 class ModelParallel(ClusterStrategy):
@@ -87,13 +86,17 @@ class ModelParallel(ClusterStrategy):
             source,
         )
 
-    def plan(
-        self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress
-    ) -> DevicePlan:
-        if job.calibration is None:
+    def plan(self, config: RunConfig, job: TrainingJob, at: PlanContext) -> DevicePlan:
+        session, progress, restore, calibration = (
+            at.session,
+            at.progress,
+            at.restore,
+            at.calibration,
+        )
+        if calibration is None:
             cost: CostModel = StaticCostModel()
         else:
-            cost = CalibratedCostModel(job.calibration)
+            cost = CalibratedCostModel(calibration)
         graph = build_model_parallel_graph(
             job.model,
             job.optimizer,
@@ -112,7 +115,7 @@ class ModelParallel(ClusterStrategy):
         )
         specs = [
             DeviceSpec(
-                make_worker_spec(session, job, rank, 1),
+                make_worker_spec(session, job, rank, 1, restore),
                 graph.partitioned.partitions[session.device_names[rank]],
                 config.stall_timeout,
             )

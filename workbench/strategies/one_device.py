@@ -15,7 +15,7 @@ from workbench.runtime import device_name
 from workbench.runtime.gpu_metrics import this_process_gpu_metrics
 from workbench.strategies.definition import StrategyDefinition
 from workbench.training.calibration import calibrate_run
-from workbench.training.job import Progress, TrainingJob, epoch_progress
+from workbench.training.job import Progress, TrainingJob, TrainOutcome, epoch_progress
 from workbench.training.session import TrainingSession
 
 # Steps between NVML samples on a GPU (cluster runs sample once per dispatched task, likewise).
@@ -47,10 +47,12 @@ class OneDevice(StrategyDefinition):
 
     def train(
         self, config: RunConfig, job: TrainingJob, log: EventLog, progress: Progress
-    ) -> TrainingSession:
+    ) -> TrainOutcome:
         xp = job.xp
         (device,) = self.device_names(config, job.device_type)
-        calibrate_run(job, self.device_batch_sizes(config), progress, in_process_device=device)
+        calibrated = calibrate_run(
+            job, self.device_batch_sizes(config), progress, in_process_device=device
+        )
         session = TrainingSession(
             job.model, job.optimizer, job.sampler.batch_size, config.dtype, config.seed, xp
         )
@@ -88,4 +90,9 @@ class OneDevice(StrategyDefinition):
             line = epoch_progress(job, step, loss, self.name)
             if line:
                 progress(line)
-        return session
+        return TrainOutcome(
+            session,
+            job.device_type,
+            calibration=calibrated.calibration,
+            calibration_seconds=calibrated.seconds,
+        )

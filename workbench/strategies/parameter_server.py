@@ -45,7 +45,7 @@ from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
 from workbench.runtime import device_name
 from workbench.runtime.cluster import ClusterSession
-from workbench.strategies.cluster_strategy import ClusterStrategy
+from workbench.strategies.cluster_strategy import ClusterStrategy, Known, PlanContext
 from workbench.strategies.definition import replicas_divide_the_batch
 from workbench.strategies.options import (
     BACKUP_WORKERS,
@@ -56,6 +56,7 @@ from workbench.strategies.options import (
     REPLICATION,
     STALENESS,
 )
+from workbench.training.calibration import RunCalibration
 from workbench.training.graphs import build_training_graph
 from workbench.training.job import Progress, TrainingJob
 
@@ -113,12 +114,12 @@ class ParameterServer(ClusterStrategy):
         return config.devices + config.ps
 
     def _calibrated(
-        self, job: TrainingJob, session: ClusterSession, progress: Progress
-    ) -> ClusterSession:
+        self, job: TrainingJob, session: ClusterSession, progress: Progress, so_far: Known
+    ) -> RunCalibration:
         """Besides nodes and links, the workers' pulls and pushes as they run them, all
         workers calling the shards at once (once per cluster, then cached), for the
         planner's prediction."""
-        session = super()._calibrated(job, session, progress)
+        so_far = super()._calibrated(job, session, progress, so_far)
         config = job.config
         worker_ranks = list(range(config.devices))
         shard_ranks = list(range(config.devices, config.devices + config.ps))
@@ -139,15 +140,13 @@ class ParameterServer(ClusterStrategy):
             }
 
         keys = [collective_key(kind, devices) for kind in (*EXCHANGE_KINDS, "ps-exchange")]
-        self._measure_more(job, session, progress, keys, measure)
-        return session
+        return self._measure_more(job, session, progress, keys, measure, so_far)
 
-    def plan(
-        self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress
-    ) -> DevicePlan:
+    def plan(self, config: RunConfig, job: TrainingJob, at: PlanContext) -> DevicePlan:
+        session, restore = at.session, at.restore
         model, workers, shards = job.model, config.devices, config.ps
-        params = job.initial_parameters or model.init_parameters(config.seed, config.dtype)
-        slots = job.initial_optimizer_state or init_slots(job.optimizer, params)
+        params = restore.parameters or model.init_parameters(config.seed, config.dtype)
+        slots = restore.optimizer_state or init_slots(job.optimizer, params)
         in_graph = config.replication == "in-graph"
         # Async workers, and sync ones with backups, loop on their own: no client barrier.
         free_running = config.mode == "async" or config.backup_workers > 0
@@ -175,7 +174,7 @@ class ParameterServer(ClusterStrategy):
                 device=session.device_names[shard_ranks[k]],
                 clock_origin=job.clock_origin,
                 device_type=session.device_type,
-                first_step=job.devices_start_at(),
+                first_step=restore.step,
                 total_updates=job.total_steps * per_step if free_running else None,
                 backups=config.backup_workers,
                 in_graph=in_graph,
@@ -185,7 +184,9 @@ class ParameterServer(ClusterStrategy):
 
         def worker_spec(rank: int) -> ParameterServerWorkerSpec:
             return ParameterServerWorkerSpec(
-                worker=make_worker_spec(session, job, rank, workers, reads_own_data=not in_graph),
+                worker=make_worker_spec(
+                    session, job, rank, workers, restore, reads_own_data=not in_graph
+                ),
                 shard_addresses=tuple(session.addresses[r] for r in shard_ranks),
                 shard_devices=tuple(session.device_names[r] for r in shard_ranks),
                 pieces=pieces,

@@ -18,11 +18,10 @@ from workbench.parallel.device_run import DevicePlan
 from workbench.parallel.pipeline.stage_worker import StageSpec, setup_stage
 from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
-from workbench.runtime.cluster import ClusterSession
-from workbench.strategies.cluster_strategy import ClusterStrategy
+from workbench.strategies.cluster_strategy import ClusterStrategy, PlanContext
 from workbench.strategies.definition import layers_fill
 from workbench.strategies.options import MICROBATCHES, SCHEDULE, STAGES
-from workbench.training.job import Progress, TrainingJob
+from workbench.training.job import TrainingJob
 
 
 class Pipeline(ClusterStrategy):
@@ -53,11 +52,10 @@ class Pipeline(ClusterStrategy):
         """Refuse, before any cluster work, a model with fewer layers than stages."""
         layers_fill(model, config.stages, "--stages")
 
-    def plan(
-        self, config: RunConfig, job: TrainingJob, session: ClusterSession, progress: Progress
-    ) -> DevicePlan:
+    def plan(self, config: RunConfig, job: TrainingJob, at: PlanContext) -> DevicePlan:
+        session, restore = at.session, at.restore
         specs = [
-            StageSpec(make_worker_spec(session, job, rank, 1), config.stall_timeout)
+            StageSpec(make_worker_spec(session, job, rank, 1, restore), config.stall_timeout)
             for rank in range(config.devices)
         ]
         # Replica 0's stages hold every variable between them.

@@ -11,6 +11,7 @@ measures nothing and uses the cache if there is one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from workbench.costs import Calibration
 from workbench.ir import Graph
@@ -26,6 +27,15 @@ from workbench.runtime.cluster import ClusterSession
 from workbench.store import RunStore
 from workbench.training.graphs import build_training_graph
 from workbench.training.job import Progress, TrainingJob
+
+
+@dataclass(frozen=True)
+class RunCalibration:
+    """A run's calibration so far (None: it does not calibrate and nothing is cached) and the
+    seconds measuring it cost this run (0: all of it cached)."""
+
+    calibration: Calibration | None = None
+    seconds: float = 0.0
 
 
 def timed_graphs(job: TrainingJob, batch_sizes: Sequence[int]) -> list[Graph]:
@@ -65,9 +75,9 @@ def calibrate_run(
     store: RunStore | None = None,
     wires: Sequence[str] = ("peer",),
     link_sizes: Sequence[int] = TRANSFER_SIZES,
-) -> Calibration | None:
+) -> RunCalibration:
     """The run's calibration, measured on ``session``'s devices (or in this process, as
-    ``in_process_device``), cached in the run store; sets ``job.calibration``."""
+    ``in_process_device``), cached in the run store."""
     store = store or RunStore()
     if session is not None:
         signature = session_signature(session)
@@ -77,8 +87,7 @@ def calibrate_run(
     text = store.load_calibration(signature)
     cached = Calibration.from_json(text) if text else None
     if job.config.no_calibrate:
-        job.calibration = cached
-        return cached
+        return RunCalibration(cached)
     graphs = timed_graphs(job, batch_sizes)
     if session is not None:
         calibration = calibrate_session(
@@ -95,25 +104,21 @@ def calibrate_run(
     if cached is None or spent > 0.01:
         store.save_calibration(signature, calibration.to_json())
     progress(f"[calibrate] devices timed in {spent:.2f} s ({'cached' if cached else 'new'})")
-    job.calibration = calibration
-    job.calibration_seconds += max(spent, 0.0)
-    return calibration
+    return RunCalibration(calibration, max(spent, 0.0))
 
 
 def add_to_calibration(
-    job: TrainingJob,
+    so_far: RunCalibration,
     session: ClusterSession,
     measured: Calibration,
     progress: Progress,
     store: RunStore | None = None,
-) -> Calibration:
-    """``job``'s calibration with ``measured`` added (what a strategy measures beyond nodes
-    and links, e.g. its all-reduce), cached with it in the run store."""
-    assert job.calibration is not None
-    calibration = job.calibration.merged(measured)
+) -> RunCalibration:
+    """The run's calibration ``so_far`` with ``measured`` added (what a strategy measures
+    beyond nodes and links, e.g. its all-reduce), cached with it in the run store."""
+    assert so_far.calibration is not None
+    calibration = so_far.calibration.merged(measured)
     (store or RunStore()).save_calibration(session_signature(session), calibration.to_json())
     kinds = sorted({key.split(" over ")[0] for key in measured.collectives}) or ["more"]
     progress(f"[calibrate] {', '.join(kinds)} timed in {measured.measured_seconds:.2f} s")
-    job.calibration = calibration
-    job.calibration_seconds += measured.measured_seconds
-    return calibration
+    return RunCalibration(calibration, so_far.seconds + measured.measured_seconds)

@@ -44,8 +44,12 @@ class FaultRecord:
     devices: int | None = None  # an elastic run's device count at the end
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainingJob:
+    """A run's inputs, as ``prepare_run`` assembled them; read, never written, by everything
+    that trains it (a variant is a copy: ``dataclasses.replace``). What the run finds out comes
+    back in its :class:`TrainOutcome`; ``stop`` is the one control set while it goes."""
+
     config: RunConfig
     model: Sequential
     optimizer: Optimizer
@@ -61,13 +65,7 @@ class TrainingJob:
     stop: threading.Event = field(default_factory=threading.Event)
     # Wall-clock origin: events from worker processes (and hosts) share this time axis.
     clock_origin: float = field(default_factory=time.time)
-    # The Dask dashboard of the cluster the run uses, once it has one (the panel links to it).
-    dashboard_link: str | None = None
-    scheduler_address: str | None = None
-    # The credentials that reach it (a cluster the workbench starts speaks TLS with its own).
-    scheduler_security: Any = None
-    # (test loss, test accuracy) once evaluated: see evaluate_on_test.
-    test_result: tuple[float, float] | None = None
+    # Told when the run's cluster is up (the dashboard's publisher, the run's record).
     observers: list[ClusterObserver] = field(default_factory=list)
     # Where periodic checkpoints go (the run's directory in the run store); None: kept in
     # memory only, for recovery.
@@ -75,21 +73,25 @@ class TrainingJob:
     # The run's id in the run store, the one the sidebar, the CLI and the dashboard pages show
     # (a cluster session's own id names only its shared memory); None: a run not recorded.
     run_id: str | None = None
-    faults: FaultRecord = field(default_factory=FaultRecord)
-    # The step the devices start from now: ``first_step``, or the checkpoint a recovery
-    # restored (with ``initial_parameters`` and ``initial_optimizer_state`` then its state).
-    restored_step: int | None = None
-    # What the run's devices were measured to cost (workbench/training/calibration.py); None
-    # until the run has calibrated, or when it does not.
-    calibration: Calibration | None = None
-    calibration_seconds: float = 0.0  # what measuring took this run (0: all cached)
-
-    def devices_start_at(self) -> int:
-        return self.first_step if self.restored_step is None else self.restored_step
 
     def clock(self) -> float:
         """Seconds since the run started: the time axis of every event."""
         return time.time() - self.clock_origin
+
+
+@dataclass(frozen=True)
+class RestorePoint:
+    """Where a run's devices start: the step, and the variables and optimizer slots then
+    (None: freshly initialised from the run's seed). A plan is made from one: the run's start
+    (its ``--resume`` checkpoint, if any), or after a failure the last checkpoint."""
+
+    step: int
+    parameters: dict[str, np.ndarray] | None = None
+    optimizer_state: dict[str, np.ndarray] | None = None
+
+    @classmethod
+    def start_of(cls, job: TrainingJob) -> RestorePoint:
+        return cls(job.first_step, job.initial_parameters, job.initial_optimizer_state)
 
 
 class TrainedModel(Protocol):
@@ -105,25 +107,38 @@ class TrainedModel(Protocol):
     def evaluate(self, inputs, labels) -> tuple[float, float]: ...
 
 
+@dataclass(frozen=True)
+class TrainOutcome:
+    """What a strategy's ``train`` hands back: the trained variables and what the run found
+    out on the way, for the runner to summarise."""
+
+    trained: TrainedModel
+    device_type: str  # as the devices decided (a cluster run's workers' reports)
+    faults: FaultRecord = field(default_factory=FaultRecord)
+    calibration: Calibration | None = None  # what the run's devices were measured to cost
+    calibration_seconds: float = 0.0  # what measuring took this run (0: all cached)
+    # (test loss, test accuracy), when the run evaluated before its cluster closed
+    test_result: tuple[float, float] | None = None
+
+
 def evaluate_on_test(job: TrainingJob, trained: TrainedModel, log) -> tuple[float, float]:
-    """Evaluate the trained model on the test split once, and log ``test_loss`` and
+    """Evaluate the trained model on the test split, and log ``test_loss`` and
     ``test_accuracy`` at the last trained step (the loss chart plots the first).
 
     Cluster runs call it before their cluster closes, so the test point also reaches the
-    dashboard's pages; later calls return the same result."""
-    if job.test_result is None:
-        # The trained model's own array module: a cluster run's variables are gathered on the
-        # host (NumPy) whatever its devices were.
-        model, dataset, xp = job.model, job.dataset, getattr(trained, "xp", np)
-        # Converted chunk by chunk as evaluation reads them (no float copy of the test set).
-        dtype = "int64" if model.takes_integer_input else job.config.dtype
-        inputs = ModelInputs(xp.asarray(dataset.x_test), dataset.input_scale, dtype)
-        job.test_result = trained.evaluate(inputs, xp.asarray(dataset.y_test))
-        losses = log.scalars("loss")
-        last_step = losses[-1].step if losses else job.first_step
-        log.scalar("test_loss", last_step, job.test_result[0], job.clock())
-        log.scalar("test_accuracy", last_step, job.test_result[1], job.clock())
-    return job.test_result
+    dashboard's pages, and hand the result back in their :class:`TrainOutcome`."""
+    # The trained model's own array module: a cluster run's variables are gathered on the
+    # host (NumPy) whatever its devices were.
+    model, dataset, xp = job.model, job.dataset, getattr(trained, "xp", np)
+    # Converted chunk by chunk as evaluation reads them (no float copy of the test set).
+    dtype = "int64" if model.takes_integer_input else job.config.dtype
+    inputs = ModelInputs(xp.asarray(dataset.x_test), dataset.input_scale, dtype)
+    loss, accuracy = trained.evaluate(inputs, xp.asarray(dataset.y_test))
+    losses = log.scalars("loss")
+    last_step = losses[-1].step if losses else job.first_step
+    log.scalar("test_loss", last_step, loss, job.clock())
+    log.scalar("test_accuracy", last_step, accuracy, job.clock())
+    return loss, accuracy
 
 
 def epoch_progress(job: TrainingJob, step: int, loss: float, name: str) -> str | None:

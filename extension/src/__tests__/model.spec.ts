@@ -29,7 +29,13 @@ const RUNNING = {
   ended: null,
   dashboard_link: 'http://127.0.0.1:8787/status'
 };
-const FINISHED = { ...RUNNING, id: 'run-0', state: 'finished', step: 100, ended: 1700000100 };
+const FINISHED = {
+  ...RUNNING,
+  id: 'run-0',
+  state: 'finished',
+  step: 100,
+  ended: 1700000100
+};
 const CLUSTER = {
   address: 'tcp://127.0.0.1:8786',
   dashboard_link: 'http://127.0.0.1:8787/status',
@@ -117,11 +123,18 @@ describe('parsing', () => {
     expect(faulty?.failures).toBe(2);
     expect(faulty?.droppedUpdates).toBe(14);
     expect(faulty?.recoverySeconds).toEqual([1.5, 2.25]);
-    const odd = parseRun({ ...RUNNING, restarts: '2', dropped_updates: null, recovery_seconds: 3 });
+    const odd = parseRun({
+      ...RUNNING,
+      restarts: '2',
+      dropped_updates: null,
+      recovery_seconds: 3
+    });
     expect(odd?.restarts).toBeNull();
     expect(odd?.droppedUpdates).toBeNull();
     expect(odd?.recoverySeconds).toEqual([3]);
-    expect(parseRun({ ...RUNNING, recovery_seconds: { last: 3 } })?.recoverySeconds).toEqual([]);
+    expect(
+      parseRun({ ...RUNNING, recovery_seconds: { last: 3 } })?.recoverySeconds
+    ).toEqual([]);
   });
 
   it('drops records without an id and keeps unknown states', () => {
@@ -159,7 +172,10 @@ describe('RunsModel', () => {
     // Its last step is in (finished), its test figures and end time are still to come.
     const closing = { ...FINISHED, id: 'run-2', ended: null };
     const server = fakeServer(listing([closing, FINISHED]));
-    model = new RunsModel({ serverSettings: server.settings, autoStart: false });
+    model = new RunsModel({
+      serverSettings: server.settings,
+      autoStart: false
+    });
     await model.refresh();
     expect(model.hasLiveRuns).toBe(true);
     server.setHandler(listing([{ ...closing, ended: 1700000200 }, FINISHED]));
@@ -169,7 +185,10 @@ describe('RunsModel', () => {
 
   it('loads runs and clusters and emits changed', async () => {
     const server = fakeServer(listing([RUNNING, FINISHED, { bad: true }]));
-    model = new RunsModel({ serverSettings: server.settings, autoStart: false });
+    model = new RunsModel({
+      serverSettings: server.settings,
+      autoStart: false
+    });
     let changes = 0;
     model.changed.connect(() => changes++);
     expect(model.status).toBe('loading');
@@ -196,7 +215,10 @@ describe('RunsModel', () => {
       inFlight--;
       return listing([RUNNING])(request);
     });
-    model = new RunsModel({ serverSettings: server.settings, refreshInterval: 250 });
+    model = new RunsModel({
+      serverSettings: server.settings,
+      refreshInterval: 250
+    });
     await jest.advanceTimersByTimeAsync(0); // the poll's first tick starts a request
     const refreshes = [model.refresh(), model.refresh()];
     await jest.advanceTimersByTimeAsync(5000); // ticks due while the request hangs
@@ -209,7 +231,10 @@ describe('RunsModel', () => {
 
   it('polls at the refresh interval while a run is live', async () => {
     const server = fakeServer(listing([RUNNING]));
-    model = new RunsModel({ serverSettings: server.settings, refreshInterval: 1000 });
+    model = new RunsModel({
+      serverSettings: server.settings,
+      refreshInterval: 1000
+    });
     await jest.advanceTimersByTimeAsync(0);
     expect(server.requests).toHaveLength(2);
     await jest.advanceTimersByTimeAsync(1000);
@@ -224,7 +249,10 @@ describe('RunsModel', () => {
       await new Promise(done => setTimeout(done, 600));
       return listing([RUNNING])(request);
     });
-    model = new RunsModel({ serverSettings: server.settings, refreshInterval: 1000 });
+    model = new RunsModel({
+      serverSettings: server.settings,
+      refreshInterval: 1000
+    });
     await jest.advanceTimersByTimeAsync(0);
     expect(server.requests).toHaveLength(2);
     await jest.advanceTimersByTimeAsync(999);
@@ -264,7 +292,10 @@ describe('RunsModel', () => {
 
   it('speeds up again when a run starts', async () => {
     const server = fakeServer(listing([FINISHED]));
-    model = new RunsModel({ serverSettings: server.settings, refreshInterval: 1000 });
+    model = new RunsModel({
+      serverSettings: server.settings,
+      refreshInterval: 1000
+    });
     await jest.advanceTimersByTimeAsync(0);
     server.setHandler(listing([RUNNING, FINISHED]));
     await jest.advanceTimersByTimeAsync(10000); // the idle tick sees the new live run
@@ -276,7 +307,10 @@ describe('RunsModel', () => {
 
   it('does not poll while paused', async () => {
     const server = fakeServer(listing([RUNNING]));
-    model = new RunsModel({ serverSettings: server.settings, refreshInterval: 1000 });
+    model = new RunsModel({
+      serverSettings: server.settings,
+      refreshInterval: 1000
+    });
     await jest.advanceTimersByTimeAsync(0);
     model.paused = true;
     await jest.advanceTimersByTimeAsync(10000);
@@ -288,7 +322,10 @@ describe('RunsModel', () => {
 
   it('applies a new refresh interval, at least 250 ms', async () => {
     const server = fakeServer(listing([RUNNING]));
-    model = new RunsModel({ serverSettings: server.settings, refreshInterval: 5000 });
+    model = new RunsModel({
+      serverSettings: server.settings,
+      refreshInterval: 5000
+    });
     await jest.advanceTimersByTimeAsync(0);
     model.refreshInterval = 10;
     expect(model.refreshInterval).toBe(250);
@@ -299,8 +336,13 @@ describe('RunsModel', () => {
   });
 
   it('turns failures into an error state, then recovers', async () => {
-    const server = fakeServer(() => json({ message: 'run store unreadable' }, 500));
-    model = new RunsModel({ serverSettings: server.settings, autoStart: false });
+    const server = fakeServer(() =>
+      json({ message: 'run store unreadable' }, 500)
+    );
+    model = new RunsModel({
+      serverSettings: server.settings,
+      autoStart: false
+    });
     await expect(model.refresh()).resolves.toBeUndefined();
     expect(model.status).toBe('error');
     expect(model.error).toBe('run store unreadable');
@@ -344,11 +386,16 @@ describe('RunsModel', () => {
       }
       return listing([RUNNING])(request);
     });
-    model = new RunsModel({ serverSettings: server.settings, autoStart: false });
+    model = new RunsModel({
+      serverSettings: server.settings,
+      autoStart: false
+    });
     await model.refresh();
     const result = await model.stopRun('run-1');
     expect(result.ok).toBe(true);
-    expect(server.requests).toContain('POST /lab-base/workbench/api/runs/run-1/stop');
+    expect(server.requests).toContain(
+      'POST /lab-base/workbench/api/runs/run-1/stop'
+    );
     expect(model.run('run-1')?.state).toBe('stopping');
     expect(model.hasLiveRuns).toBe(true);
   });
@@ -360,10 +407,16 @@ describe('RunsModel', () => {
       }
       return listing([FINISHED])(request);
     });
-    model = new RunsModel({ serverSettings: server.settings, autoStart: false });
+    model = new RunsModel({
+      serverSettings: server.settings,
+      autoStart: false
+    });
     await model.refresh();
     const result = await model.stopRun('run-0');
-    expect(result).toEqual({ ok: false, message: 'Could not stop run run-0: run run-0 is not running' });
+    expect(result).toEqual({
+      ok: false,
+      message: 'Could not stop run run-0: run run-0 is not running'
+    });
     expect(model.run('run-0')?.state).toBe('finished');
   });
 
@@ -373,7 +426,10 @@ describe('RunsModel', () => {
       await gate.promise;
       return listing([RUNNING])(request);
     });
-    model = new RunsModel({ serverSettings: server.settings, refreshInterval: 250 });
+    model = new RunsModel({
+      serverSettings: server.settings,
+      refreshInterval: 250
+    });
     let changes = 0;
     model.changed.connect(() => changes++);
     await jest.advanceTimersByTimeAsync(0);

@@ -27,12 +27,17 @@ const RUN = {
   ended: null,
   dashboard_link: null
 };
-const REASONS = ['worker task1 died: killed by signal 9', 'stalled 30 s in the all-reduce'];
+const REASONS = [
+  'worker task1 died: killed by signal 9',
+  'stalled 30 s in the all-reduce'
+];
 
 function serve(listing: { runs: unknown[] }): ServerConnection.ISettings {
   const fetch = (input: RequestInfo | URL): Promise<Response> => {
     const path = new URL((input as Request).url).pathname;
-    const body = path.endsWith('/runs') ? { runs: listing.runs } : { clusters: [] };
+    const body = path.endsWith('/runs')
+      ? { runs: listing.runs }
+      : { clusters: [] };
     return Promise.resolve(new Response(JSON.stringify(body), { status: 200 }));
   };
   return ServerConnection.makeSettings({
@@ -44,7 +49,10 @@ function serve(listing: { runs: unknown[] }): ServerConnection.ISettings {
 
 describe('refresh interval', () => {
   it('is at most half a second while a run is live, by default and in the settings', () => {
-    const model = new RunsModel({ serverSettings: serve({ runs: [] }), autoStart: false });
+    const model = new RunsModel({
+      serverSettings: serve({ runs: [] }),
+      autoStart: false
+    });
     expect(model.refreshInterval).toBeLessThanOrEqual(500);
     model.dispose();
     expect(schema.properties.refreshInterval.default).toBeLessThanOrEqual(500);
@@ -53,7 +61,11 @@ describe('refresh interval', () => {
 
 describe('failure reasons', () => {
   it('are parsed and shown on the problem line', () => {
-    const run = parseRun({ ...RUN, state: 'failed', failure_reasons: [...REASONS, 3] });
+    const run = parseRun({
+      ...RUN,
+      state: 'failed',
+      failure_reasons: [...REASONS, 3]
+    });
     expect(run?.failureReasons).toEqual(REASONS);
     expect(problemSummary(run!)).toBe(REASONS.join(' · '));
     expect(parseRun(RUN)?.failureReasons).toEqual([]);
@@ -68,7 +80,11 @@ describe('RunsSidebar', () => {
   beforeEach(async () => {
     listing.runs = [RUN];
     model = new RunsModel({ serverSettings: serve(listing), autoStart: false });
-    sidebar = new RunsSidebar({ model, openRun: jest.fn(), stopRun: jest.fn() });
+    sidebar = new RunsSidebar({
+      model,
+      openRun: jest.fn(),
+      stopRun: jest.fn()
+    });
     await model.refresh();
   });
 
@@ -90,7 +106,9 @@ describe('RunsSidebar', () => {
   it('shows the failure reasons of a failed run', async () => {
     listing.runs = [{ ...RUN, state: 'failed', failure_reasons: REASONS }];
     await model.refresh();
-    const problem = row().querySelector<HTMLElement>('.jp-WorkbenchRun-problem')!;
+    const problem = row().querySelector<HTMLElement>(
+      '.jp-WorkbenchRun-problem'
+    )!;
     expect(problem.hidden).toBe(false);
     expect(problem.textContent).toContain('killed by signal 9');
     expect(problem.title).toContain('stalled 30 s in the all-reduce');
@@ -105,7 +123,9 @@ describe('RunsSidebar', () => {
     listing.runs = [{ ...RUN, state: 'stopped' }];
     await model.refresh();
     expect(sidebar.notice).toBeNull();
-    const status = sidebar.node.querySelector<HTMLElement>('.jp-WorkbenchSidebar-status')!;
+    const status = sidebar.node.querySelector<HTMLElement>(
+      '.jp-WorkbenchSidebar-status'
+    )!;
     expect(status.hidden).toBe(true);
   });
 

@@ -48,7 +48,9 @@ const OLD = { ...RUN, id: 'run-old', state: 'finished' }; // no fault keys at al
 function serve(listing: { runs: unknown[] }): ServerConnection.ISettings {
   const fetch = (input: RequestInfo | URL): Promise<Response> => {
     const path = new URL((input as Request).url).pathname;
-    const body = path.endsWith('/runs') ? { runs: listing.runs } : { clusters: [] };
+    const body = path.endsWith('/runs')
+      ? { runs: listing.runs }
+      : { clusters: [] };
     return Promise.resolve(new Response(JSON.stringify(body), { status: 200 }));
   };
   return ServerConnection.makeSettings({
@@ -74,7 +76,9 @@ describe('faultSummary', () => {
 
   it('shows failures only where they differ from the restarts', () => {
     // Noticed, not recovered from yet.
-    expect(faultSummary(run({ ...RUN, failures: 1, restarts: 0 }))).toBe('Failures 1');
+    expect(faultSummary(run({ ...RUN, failures: 1, restarts: 0 }))).toBe(
+      'Failures 1'
+    );
     // One failure more than the run could restart from.
     expect(faultSummary(run({ ...RUN, failures: 4, restarts: 3 }))).toBe(
       'Restarts 3 · Failures 4'
@@ -103,7 +107,11 @@ describe('RunsSidebar fault line', () => {
 
   async function render(listing: { runs: unknown[] }): Promise<HTMLElement> {
     model = new RunsModel({ serverSettings: serve(listing), autoStart: false });
-    sidebar = new RunsSidebar({ model, openRun: jest.fn(), stopRun: jest.fn() });
+    sidebar = new RunsSidebar({
+      model,
+      openRun: jest.fn(),
+      stopRun: jest.fn()
+    });
     await model.refresh();
     return sidebar.node;
   }
@@ -130,7 +138,9 @@ describe('RunsSidebar fault line', () => {
   });
 
   it('updates the line in place as the counts grow', async () => {
-    const listing = { runs: [{ ...RUN, failures: 1, restarts: 0 }] as unknown[] };
+    const listing = {
+      runs: [{ ...RUN, failures: 1, restarts: 0 }] as unknown[]
+    };
     const node = await render(listing);
     const line = faultLine(node, 'run-1');
     expect(line.textContent).toBe('Failures 1');
@@ -151,32 +161,51 @@ describe('RunsSidebar damaged and non-finite runs', () => {
     damage: 'status.json is not valid JSON (truncated or corrupted)',
     non_finite: []
   };
-  const DIVERGED = { ...RUN, id: 'run-nan', state: 'finished', loss: null, non_finite: ['loss'] };
+  const DIVERGED = {
+    ...RUN,
+    id: 'run-nan',
+    state: 'finished',
+    loss: null,
+    non_finite: ['loss']
+  };
 
   it('lists them with their reason and mark, the other runs as they are', async () => {
     const listing = { runs: [DIVERGED, DAMAGED, CLEAN] };
-    const model = new RunsModel({ serverSettings: serve(listing), autoStart: false });
-    const sidebar = new RunsSidebar({ model, openRun: jest.fn(), stopRun: jest.fn() });
+    const model = new RunsModel({
+      serverSettings: serve(listing),
+      autoStart: false
+    });
+    const sidebar = new RunsSidebar({
+      model,
+      openRun: jest.fn(),
+      stopRun: jest.fn()
+    });
     await model.refresh();
     const node = sidebar.node;
     const row = (id: string) =>
       node.querySelector<HTMLElement>(`.jp-WorkbenchRun[data-run-id="${id}"]`);
-    const problem = (id: string) => row(id)?.querySelector<HTMLElement>('.jp-WorkbenchRun-problem');
+    const problem = (id: string) =>
+      row(id)?.querySelector<HTMLElement>('.jp-WorkbenchRun-problem');
     expect(model.status).toBe('ready');
-    expect(row('run-damaged')?.querySelector('.jp-WorkbenchRun-state')?.textContent).toBe(
-      'damaged'
-    );
+    expect(
+      row('run-damaged')?.querySelector('.jp-WorkbenchRun-state')?.textContent
+    ).toBe('damaged');
     expect(problem('run-damaged')?.textContent).toBe(
       'Damaged: status.json is not valid JSON (truncated or corrupted)'
     );
     expect(problem('run-damaged')?.hidden).toBe(false);
-    expect(row('run-damaged')?.querySelector<HTMLElement>('.jp-WorkbenchRun-stop')?.hidden).toBe(
-      true
-    );
+    expect(
+      row('run-damaged')?.querySelector<HTMLElement>('.jp-WorkbenchRun-stop')
+        ?.hidden
+    ).toBe(true);
     expect(problem('run-nan')?.textContent).toBe('NaN/∞: loss');
-    expect(row('run-nan')?.querySelector('.jp-WorkbenchRun-loss')?.textContent).toBe('–');
+    expect(
+      row('run-nan')?.querySelector('.jp-WorkbenchRun-loss')?.textContent
+    ).toBe('–');
     expect(problem('run-0')?.hidden).toBe(true);
-    expect(row('run-0')?.querySelector('.jp-WorkbenchRun-loss')?.textContent).toBe('0.5000');
+    expect(
+      row('run-0')?.querySelector('.jp-WorkbenchRun-loss')?.textContent
+    ).toBe('0.5000');
     sidebar.dispose();
     model.dispose();
   });

@@ -42,13 +42,18 @@ async function startSampling(
 ): Promise<void> {
   await page.evaluate(
     ({ selectors, states, every }) => {
-      const find = (root: Document | ShadowRoot, selector: string): Element | null => {
+      const find = (
+        root: Document | ShadowRoot,
+        selector: string
+      ): Element | null => {
         const found = root.querySelector(selector);
         if (found) {
           return found;
         }
         for (const element of Array.from(root.querySelectorAll('*'))) {
-          const inner = element.shadowRoot ? find(element.shadowRoot, selector) : null;
+          const inner = element.shadowRoot
+            ? find(element.shadowRoot, selector)
+            : null;
           if (inner) {
             return inner;
           }
@@ -82,13 +87,20 @@ async function startSampling(
           const text = parts.map(node => node?.textContent ?? '').join(' ');
           const match = text.match(/(\d+)\/\d+/);
           const seen = state.dtrainSamples[name];
-          if (match && (seen.length === 0 || seen[seen.length - 1][1] !== Number(match[1]))) {
+          if (
+            match &&
+            (seen.length === 0 || seen[seen.length - 1][1] !== Number(match[1]))
+          ) {
             seen.push([now, Number(match[1])]);
           }
         }
         for (const [name, selector] of Object.entries(states)) {
-          const said = document.querySelector(selector)?.textContent?.trim() ?? '';
-          if (state.dtrainFinishedAt[name] === undefined && said.startsWith('finished')) {
+          const said =
+            document.querySelector(selector)?.textContent?.trim() ?? '';
+          if (
+            state.dtrainFinishedAt[name] === undefined &&
+            said.startsWith('finished')
+          ) {
             state.dtrainFinishedAt[name] = now;
           }
         }
@@ -98,9 +110,10 @@ async function startSampling(
   );
 }
 
-async function stopSampling(
-  page: Page
-): Promise<{ samples: Record<string, Samples>; finishedAt: Record<string, number> }> {
+async function stopSampling(page: Page): Promise<{
+  samples: Record<string, Samples>;
+  finishedAt: Record<string, number>;
+}> {
   return page.evaluate(() => {
     const state = window as unknown as {
       dtrainSamples: Record<string, [number, number][]>;
@@ -124,7 +137,9 @@ function reached(samples: Samples, step: number): number | null {
  * step, and the 95th percentile.
  */
 function lags(views: Record<string, Samples>): Record<string, ILag> {
-  const watched = Math.max(...Object.values(views).map(s => (s.length ? s[0][1] : Infinity)));
+  const watched = Math.max(
+    ...Object.values(views).map(s => (s.length ? s[0][1] : Infinity))
+  );
   const steps = new Set<number>();
   for (const samples of Object.values(views)) {
     samples.forEach(([, step]) => step > watched && steps.add(step));
@@ -136,7 +151,10 @@ function lags(views: Record<string, Samples>): Record<string, ILag> {
     worst[name] = [0, 0];
   }
   for (const step of steps) {
-    const times = Object.entries(views).map(([name, samples]) => [name, reached(samples, step)]);
+    const times = Object.entries(views).map(([name, samples]) => [
+      name,
+      reached(samples, step)
+    ]);
     if (times.some(([, time]) => time === null)) {
       continue; // a step some view never reached is checked by the final-step assertion
     }
@@ -152,7 +170,9 @@ function lags(views: Record<string, Samples>): Record<string, ILag> {
   const result: Record<string, ILag> = {};
   for (const [name, values] of Object.entries(all)) {
     const sorted = [...values].sort((a, b) => a - b);
-    const p95 = sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.95))] : 0;
+    const p95 = sorted.length
+      ? sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.95))]
+      : 0;
     result[name] = { worst: worst[name][0], atStep: worst[name][1], p95 };
   }
   return result;
@@ -165,10 +185,13 @@ interface ILag {
 }
 
 /** Each Bokeh figure in the page's documents, with the rows its renderers' sources hold. */
-async function figureRows(page: IJupyterLabPageFixture): Promise<Record<string, number>> {
+async function figureRows(
+  page: IJupyterLabPageFixture
+): Promise<Record<string, number>> {
   return page.evaluate(() => {
     type Model = { constructor: { __name__: string }; [key: string]: unknown };
-    const bokeh = (window as unknown as { Bokeh?: { documents: unknown[] } }).Bokeh;
+    const bokeh = (window as unknown as { Bokeh?: { documents: unknown[] } })
+      .Bokeh;
     const rows: Record<string, number> = {};
     for (const [index, document] of (bokeh?.documents ?? []).entries()) {
       const models = (document as { all_models: Set<Model> }).all_models;
@@ -177,7 +200,9 @@ async function figureRows(page: IJupyterLabPageFixture): Promise<Record<string, 
           continue;
         }
         const title = `${(model.title as { text?: string } | null)?.text ?? '?'} #${index}`;
-        const renderers = model.renderers as { data_source?: { get_length(): number | null } }[];
+        const renderers = model.renderers as {
+          data_source?: { get_length(): number | null };
+        }[];
         const lengths = renderers.map(r => r.data_source?.get_length() ?? 0);
         rows[title] = Math.max(rows[title] ?? 0, ...lengths, 0);
       }
@@ -189,9 +214,14 @@ async function figureRows(page: IJupyterLabPageFixture): Promise<Record<string, 
 const SOURCES = ['loss', 'throughput'];
 
 /** The ``step`` column of each loss and throughput source of the page's drawn documents. */
-async function stepColumns(page: IJupyterLabPageFixture): Promise<Record<string, number[]>> {
+async function stepColumns(
+  page: IJupyterLabPageFixture
+): Promise<Record<string, number[]>> {
   return page.evaluate(names => {
-    type Source = { name: string | null; get_column(name: string): ArrayLike<number> | null };
+    type Source = {
+      name: string | null;
+      get_column(name: string): ArrayLike<number> | null;
+    };
     type Doc = { roots(): unknown[]; all_models: Set<Source> };
     const bokeh = (window as unknown as { Bokeh?: { documents: Doc[] } }).Bokeh;
     const columns: Record<string, number[]> = {};
@@ -201,7 +231,9 @@ async function stepColumns(page: IJupyterLabPageFixture): Promise<Record<string,
       }
       for (const model of Array.from(document.all_models)) {
         if (model.name !== null && names.includes(model.name)) {
-          columns[`${model.name} #${index}`] = Array.from(model.get_column('step') ?? []);
+          columns[`${model.name} #${index}`] = Array.from(
+            model.get_column('step') ?? []
+          );
         }
       }
     }
@@ -213,19 +245,28 @@ async function stepColumns(page: IJupyterLabPageFixture): Promise<Record<string,
  * What is wrong with each column: a step repeated or out of order, a loss step missing (the
  * loss has every step, from 0), or the loss's last step not ``last``.
  */
-function faults(columns: Record<string, number[]>, last: number | null): string[] {
+function faults(
+  columns: Record<string, number[]>,
+  last: number | null
+): string[] {
   const found: string[] = [];
   for (const [name, steps] of Object.entries(columns)) {
     const loss = name.startsWith('loss');
     const at = steps.findIndex((step, i) =>
-      loss ? step !== (i > 0 ? steps[i - 1] + 1 : 0) : i > 0 && step <= steps[i - 1]
+      loss
+        ? step !== (i > 0 ? steps[i - 1] + 1 : 0)
+        : i > 0 && step <= steps[i - 1]
     );
     if (at >= 0) {
       const around = steps.slice(Math.max(0, at - 2), at + 2).join(', ');
-      found.push(`${name}: ${steps.length} rows, step ${steps[at]} at row ${at} (…${around}…)`);
+      found.push(
+        `${name}: ${steps.length} rows, step ${steps[at]} at row ${at} (…${around}…)`
+      );
     }
     if (last !== null && loss && steps[steps.length - 1] !== last) {
-      found.push(`${name}: ends at step ${steps[steps.length - 1]}, not ${last}`);
+      found.push(
+        `${name}: ends at step ${steps[steps.length - 1]}, not ${last}`
+      );
     }
   }
   return found;
@@ -242,21 +283,32 @@ test.describe('one run, three live views', () => {
     await page.notebook.run(); // %dtrain returns at once, with the panel
     const panelStep = page.locator('.dtrain-panel-step');
     await expect(panelStep).toBeVisible({ timeout: 60000 });
-    const runId = (await page.locator('.dtrain-panel-run').textContent())?.trim() ?? '';
+    const runId =
+      (await page.locator('.dtrain-panel-run').textContent())?.trim() ?? '';
     expect(runId).toContain('mirrored');
 
     await page.sidebar.openTab(SIDEBAR);
-    const row = page.locator(`#${SIDEBAR} .jp-WorkbenchRun[data-run-id="${runId}"]`);
+    const row = page.locator(
+      `#${SIDEBAR} .jp-WorkbenchRun[data-run-id="${runId}"]`
+    );
     await expect(row).toBeVisible({ timeout: 30000 });
     const sidebarRow = `.jp-WorkbenchRun[data-run-id="${runId}"]`;
     await startSampling(
       page,
-      { panel: '.dtrain-panel-step', sidebar: `${sidebarRow} .jp-WorkbenchRun-step` },
-      { panel: '.dtrain-panel-status', sidebar: `${sidebarRow} .jp-WorkbenchRun-state` }
+      {
+        panel: '.dtrain-panel-step',
+        sidebar: `${sidebarRow} .jp-WorkbenchRun-step`
+      },
+      {
+        panel: '.dtrain-panel-status',
+        sidebar: `${sidebarRow} .jp-WorkbenchRun-state`
+      }
     );
 
     // The run's own dashboard page, named by the id the panel and the sidebar show.
-    const link = page.locator('.jp-OutputArea a', { hasText: 'Dask dashboard' });
+    const link = page.locator('.jp-OutputArea a', {
+      hasText: 'Dask dashboard'
+    });
     await expect(link).toBeVisible({ timeout: 60000 });
     const board = new URL((await link.getAttribute('href')) ?? '');
     board.pathname = '/individual-workbench-loss';
@@ -266,9 +318,12 @@ test.describe('one run, three live views', () => {
     await startSampling(boardPage, { board: '.dtrain-board-step' });
     await page.bringToFront();
 
-    await expect(page.locator('.dtrain-panel-status')).toContainText('finished', {
-      timeout: 240000
-    });
+    await expect(page.locator('.dtrain-panel-status')).toContainText(
+      'finished',
+      {
+        timeout: 240000
+      }
+    );
     await page.waitForTimeout(2000); // the slower views catch up with the last step
     await shot(page, 'live-01-finished');
     const { samples, finishedAt } = await stopSampling(page);
@@ -278,7 +333,9 @@ test.describe('one run, three live views', () => {
 
     const worst = lags(views);
     const lastStepAt = Math.min(
-      ...Object.values(views).map(s => reached(s, STEPS) ?? Number.POSITIVE_INFINITY)
+      ...Object.values(views).map(
+        s => reached(s, STEPS) ?? Number.POSITIVE_INFINITY
+      )
     );
     const finishedLags = Object.fromEntries(
       ['panel', 'sidebar'].map(name => [
@@ -288,30 +345,46 @@ test.describe('one run, three live views', () => {
     );
     console.log(
       `steps seen: ${Object.entries(views)
-        .map(([name, s]) => `${name} ${s.length} (${s[0]?.[1]}..${s[s.length - 1]?.[1]})`)
-        .join(', ')}; lag behind the first view [ms]: ${JSON.stringify(worst)}; ` +
+        .map(
+          ([name, s]) =>
+            `${name} ${s.length} (${s[0]?.[1]}..${s[s.length - 1]?.[1]})`
+        )
+        .join(
+          ', '
+        )}; lag behind the first view [ms]: ${JSON.stringify(worst)}; ` +
         `said finished [ms after the first view showed step ${STEPS}]: ` +
         JSON.stringify(finishedLags)
     );
     // Soft: a view that lags is reported with the others, and the reload is still checked.
     for (const [name, shown] of Object.entries(views)) {
-      expect.soft(reached(shown, STEPS), `${name} never showed step ${STEPS}`).not.toBeNull();
-      expect.soft(shown.length, `${name} changed too rarely to follow`).toBeGreaterThan(5);
+      expect
+        .soft(reached(shown, STEPS), `${name} never showed step ${STEPS}`)
+        .not.toBeNull();
+      expect
+        .soft(shown.length, `${name} changed too rarely to follow`)
+        .toBeGreaterThan(5);
     }
     for (const [name, { worst: lag, atStep, p95 }] of Object.entries(worst)) {
-      expect.soft(p95, `${name}: 95% of the steps within ${p95} ms`).toBeLessThan(LAG_BOUND_MS);
+      expect
+        .soft(p95, `${name}: 95% of the steps within ${p95} ms`)
+        .toBeLessThan(LAG_BOUND_MS);
       const why = `${name} showed step ${atStep} ${lag} ms after the first view`;
       expect.soft(lag, why).toBeLessThan(WORST_LAG_MS);
     }
     for (const [name, lag] of Object.entries(finishedLags)) {
-      expect.soft(lag, `the ${name} said finished late`).toBeLessThan(LAG_BOUND_MS);
+      expect
+        .soft(lag, `the ${name} said finished late`)
+        .toBeLessThan(LAG_BOUND_MS);
     }
 
     // A reload builds the panel's views again from the kernel: the charts come back whole.
     // (Once the run has ended: its summary replaces "closing the cluster".)
-    await expect(page.locator('.dtrain-panel-status')).toContainText('samples/s', {
-      timeout: 60000
-    });
+    await expect(page.locator('.dtrain-panel-status')).toContainText(
+      'samples/s',
+      {
+        timeout: 60000
+      }
+    );
     await page.notebook.save(); // the output that names the panel's widget, as a user's would be
     // (Galata's ready check waits for the launcher, which the notebook now covers.)
     // ipywidgets restores a page's widgets from the kernel; on a loaded machine its first
@@ -328,25 +401,36 @@ test.describe('one run, three live views', () => {
       await page.reload({ waitForIsReady: false });
       await page.waitForSelector('#jupyterlab-splash', { state: 'detached' });
       const restored = page.locator('.dtrain-panel-step');
-      const lost = page.locator('.jp-OutputArea', { hasText: 'model not found' });
+      const lost = page.locator('.jp-OutputArea', {
+        hasText: 'model not found'
+      });
       await expect(restored.or(lost).first()).toBeVisible({ timeout: 60000 });
       if ((await restored.count()) === 0) {
         // What ipywidgets said while it restored, for whoever reads the log.
-        console.log(`reload ${attempt} lost the panel; browser console:\n${consoleLines.join('\n')}`);
+        console.log(
+          `reload ${attempt} lost the panel; browser console:\n${consoleLines.join('\n')}`
+        );
       }
       if ((await restored.count()) > 0 || attempt === 2) {
         console.log(`panel restored by reload ${attempt}`);
         break;
       }
     }
-    await expect(page.locator('.dtrain-panel-step')).toBeVisible({ timeout: 60000 });
+    await expect(page.locator('.dtrain-panel-step')).toBeVisible({
+      timeout: 60000
+    });
     await expect
-      .poll(async () => Object.keys(await figureRows(page)).length, { timeout: 60000 })
+      .poll(async () => Object.keys(await figureRows(page)).length, {
+        timeout: 60000
+      })
       .toBeGreaterThan(4);
     const rows = await figureRows(page);
     console.log(`after the reload, rows per chart: ${JSON.stringify(rows)}`);
     for (const [title, count] of Object.entries(rows)) {
-      expect(count, `chart "${title}" is empty after the reload`).toBeGreaterThan(0);
+      expect(
+        count,
+        `chart "${title}" is empty after the reload`
+      ).toBeGreaterThan(0);
     }
     // Each step once, in order: the loss of every step from 0 to the last, no row twice
     // (the browser's echo of a patch once made the kernel hold every streamed row twice).

@@ -6,6 +6,8 @@ import pytest
 from workbench.config import RunConfig
 from workbench.launch.runner import run_training
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.parametrize(
     ("compression", "ratio"),

@@ -12,6 +12,8 @@ from workbench.models import Dense, Sequential
 from workbench.models.layers import Embedding
 from workbench.models.transformer import TokenMean
 
+pytestmark = pytest.mark.integration
+
 DATASET = "tokens:20000:8:4:3000"
 WIDTH, WORKERS, STEPS = 16, 2, 6
 

@@ -45,7 +45,9 @@ def plan_buckets(
     >>> [b.names for b in plan_buckets({"a": (4,), "b": (4,), "c": (4,)}, 8, bucket_bytes=64)]
     [('c', 'b'), ('a',)]
     """
-    buckets, current, used = [], [], 0
+    buckets: list[list[str]] = []
+    current: list[str] = []
+    used = 0
     for name in reversed(list(shapes)):
         nbytes = int(np.prod(shapes[name])) * itemsize
         if current and used + nbytes > bucket_bytes:

@@ -11,7 +11,7 @@ bounds no one's staleness.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from workbench.parallel.custom_loops.replica_context import ReplicaContext
 from workbench.parallel.parameter_server.worker_loop import ParameterServerWorker
@@ -46,7 +46,7 @@ class ClosureWorkerContext(ReplicaContext):
         if self.versions is None:  # gradients from elsewhere: staleness counts from now
             self._pull()
         start = worker.clock()
-        pushed = worker._push(step, gradients, self.versions)
+        pushed = worker._push(step, gradients, cast(list[int], self.versions))  # pulled above
         self.versions = None
         phase = "dropped" if pushed["dropped"] else "ps-push"
         self.events.append(

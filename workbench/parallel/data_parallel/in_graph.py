@@ -92,8 +92,8 @@ def build_in_graph_replication(
                     optimizer.emit_update(
                         reads[name], averaged[name], learning_rate, name, after=()
                     )
-    graph, _ = run_passes(builder.build(losses))
-    placed = place(graph, list(devices))
+    built, _ = run_passes(builder.build(losses))
+    placed = place(built, list(devices))
     return ModelParallelPlan(placed, partition(placed, list(devices)), _towers(devices), TOWERS)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import cast
 
 from workbench.costs import CalibratedCostModel, CostModel, StaticCostModel
 from workbench.ir import Graph, GraphBuilder, gradients, ops
@@ -194,7 +195,7 @@ def _predict(placed: Graph, partitioned: Partitioned, cost: CostModel, source: s
     }
     nodes = {device: 0 for device in devices}
     for node in placed.nodes:
-        nodes[node.device] += 1
+        nodes[cast(str, node.device)] += 1  # a placed graph's nodes all have a device
     schedule = predict_schedule(placed, devices, cost, FED_EVERYWHERE)
     return Prediction(source, schedule, seconds, nodes)
 
@@ -240,12 +241,13 @@ def _layer_devices(placed: Graph) -> tuple[dict[str, str], dict[str, tuple[str, 
     backward: dict[str, dict[str, None]] = {}
     for node in placed.nodes:
         top, _, rest = node.name.partition("/")
+        device = cast(str, node.device)  # a placed graph's nodes all have a device
         if top == "gradients":
-            backward.setdefault(rest.partition("/")[0], {})[node.device] = None
+            backward.setdefault(rest.partition("/")[0], {})[device] = None
         else:
-            first.setdefault(top, node.device)
+            first.setdefault(top, device)
             if node.op == "variable":
-                held.setdefault(top, node.device)
+                held.setdefault(top, device)
     return {**first, **held}, {layer: tuple(on) for layer, on in backward.items()}
 
 

@@ -76,7 +76,6 @@ class FreeRunningDriver:
             events = self._log_reports(status["reports"])
             if status["dropped"] > dropped:
                 dropped = status["dropped"]
-                job.faults.dropped_updates = dropped
                 log.scalar("dropped_updates", step, dropped, job.clock())
             now = min(status["version"] // self.updates_per_step, job.total_steps)
             losses = log.scalars("loss")

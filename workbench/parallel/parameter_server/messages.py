@@ -86,7 +86,8 @@ def encode_push(
     """The push of ``gradients`` (by transfer key): ``(indices, rows)`` for a key in
     ``row_sparse``, the ``encoder``'s :class:`Payload` (``--compression``) for the others if
     there is one, else the dense gradients, packed."""
-    dense, others = [], {}
+    dense: list[Any] = []
+    others: dict[int, Any] = {}  # (indices, rows) or a Payload, by position
     for position, transfer in enumerate(transfers):
         value = gradients[transfer.key]
         if transfer.key in row_sparse:

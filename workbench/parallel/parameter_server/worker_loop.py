@@ -116,7 +116,8 @@ class ParameterServerWorker(GradientWorker):
         bytes received, whether the run's updates are spent). ``newest_first`` (sync,
         free-running): ask each shard for no older a step than the shards before it granted,
         else the push to it would be ahead of it."""
-        versions, received, done = [], 0, False
+        versions: list[int] = []
+        received, done = 0, False
         self.rendezvous.received = {}
         for shard, transfers in enumerate(self.pulls):
             wanted = max([step, *versions]) if newest_first else step
@@ -148,7 +149,7 @@ class ParameterServerWorker(GradientWorker):
     def _push(self, step: int, gradients: dict, versions: list[int], report=None) -> dict:
         """The gradients for each shard: bytes sent, staleness per shard, whether shard 0
         dropped it, and shard 0's version after it (``report`` rides on shard 0's push)."""
-        pushed = {"sent": 0, "dense": 0, "staleness": [], "dropped": False}
+        pushed: dict[str, Any] = {"sent": 0, "dense": 0, "staleness": [], "dropped": False}
         pushed["version"] = versions[0]
         for shard, transfers in enumerate(self.pushes):
             message = encode_push(

@@ -156,13 +156,16 @@ class StageWorker:
         events.append((self.device, phase, step, start, self.clock(), sent, received, path))
 
     def run(self, first: int, count: int) -> dict[str, Any]:
-        events, losses = [], []
+        events: list[tuple] = []
+        losses: list[tuple[int, float | None]] = []
         transport = self.transport
         for step in range(first, first + count):
             if not may_begin(self.spec.worker.run_id, step):
                 break  # the run was stopped (docs/architecture.md, "Faults and stragglers")
             transport.step = self.current_step = step
-            stashed, totals, step_loss = {}, {}, 0.0
+            stashed: dict[int, Any] = {}
+            totals: dict[str, Any] = {}
+            step_loss = 0.0
             for action in self.actions:
                 m = action.microbatch
                 if action.kind == "F":

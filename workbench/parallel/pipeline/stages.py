@@ -49,7 +49,7 @@ def split_layers(model: Sequential, stages: int) -> list[range]:
     count = len(model.layers)
     if stages > count:
         raise StageError(stages, count)
-    weights = []
+    weights: list[int] = []
     shapes = model.parameter_shapes()
     for layer in model.layers:
         own = [s for n, s in shapes.items() if n.startswith(layer.name + "/")]

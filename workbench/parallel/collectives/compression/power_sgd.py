@@ -68,7 +68,7 @@ def orthogonalize(matrix: Any) -> Any:
     """Orthonormal columns spanning ``matrix``'s (Gram-Schmidt, column by column; a column
     that is all zero stays zero)."""
     xp = array_namespace(matrix)
-    columns = []
+    columns: list[Any] = []
     tiny = np.finfo(matrix.dtype).tiny
     for index in range(matrix.shape[1]):
         column = matrix[:, index].copy()
@@ -142,7 +142,10 @@ class PowerSgdFactors:
     def local_approximation(self, name: str, gradient: Any) -> tuple[Any, Any]:
         """One replica alone (a parameter-server push): rank-r factors (P, Q) of its own
         (gradient + residual), P orthonormal; the residual keeps the rest."""
-        rows, columns = matrix_shape(gradient.shape)
+        shape = matrix_shape(gradient.shape)
+        if shape is None:  # the callers factor matrices only (see ``matrix_shape``)
+            raise TypeError(f"{name}: PowerSGD factors a matrix, not shape {gradient.shape}")
+        rows, columns = shape
         matrix = gradient.reshape(rows, columns)
         state = self.state(name, matrix)
         accumulated = matrix + state.residual
