@@ -25,8 +25,7 @@ import numpy as np
 
 from workbench.charts.phase_shares import PhaseShares
 from workbench.events import EventLog
-from workbench.events.records import COMMUNICATION_PHASES, PhaseEvent, ScalarEvent
-from workbench.events.summary import BUSY_PHASES
+from workbench.events.records import BUSY_PHASES, COMMUNICATION_PHASES, PhaseEvent, ScalarEvent
 
 THROUGHPUT_WINDOW = 10  # steps the samples/s line averages over
 UTILIZATION_WINDOW_S = 5.0  # seconds of recent activity the utilization bars describe

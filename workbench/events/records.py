@@ -24,6 +24,9 @@ PHASES = (
 )
 # Phases spent moving tensors between devices (the rest of a device's busy time is compute).
 COMMUNICATION_PHASES = ("send", "recv", "allreduce", "ps-push", "ps-pull")
+# The phases that count as a device being busy: measured summaries and the simulator's
+# predicted timelines both count these, so their busy fractions compare.
+BUSY_PHASES = ("compute", "update")
 
 
 @dataclass(frozen=True)

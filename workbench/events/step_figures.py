@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.events.records import PhaseEvent
-from workbench.events.summary import BUSY_PHASES
+from workbench.events.records import BUSY_PHASES, PhaseEvent
 
 
 @dataclass(frozen=True)

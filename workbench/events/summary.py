@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from workbench.events.log import EventLog
-
-BUSY_PHASES = ("compute", "update")
+from workbench.events.records import BUSY_PHASES
 
 
 def warmup_steps(total_steps: int) -> int:

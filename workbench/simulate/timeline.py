@@ -13,9 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-# The phases that count as a device being busy, as the measured run summaries count them
-# (workbench.events.summary.BUSY_PHASES), so predicted and measured busy fractions compare.
-BUSY_PHASES = ("compute", "update")
+from workbench.events.records import BUSY_PHASES
 
 
 @dataclass(frozen=True)
