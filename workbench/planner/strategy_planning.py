@@ -218,14 +218,21 @@ def _pipeline_candidates(name: str, common: dict, devices: int) -> Iterator[RunC
         return
     for schedule in ("gpipe", "1f1b"):
         for microbatches in MICROBATCH_CHOICES:
-            yield RunConfig(
-                strategy=name,
-                devices=devices,
-                stages=devices,
-                microbatches=microbatches,
-                schedule=schedule,
-                **common,
-            )
+            yield _pipelined(name, common, devices, devices, microbatches, schedule)
+
+
+def _pipelined(
+    name: str, common: dict, devices: int, stages: int, microbatches: int, schedule: str
+) -> RunConfig:
+    """A pipeline or hybrid row: ``stages`` stages (``devices // stages`` replicas)."""
+    return RunConfig(
+        strategy=name,
+        devices=devices,
+        stages=stages,
+        microbatches=microbatches,
+        schedule=schedule,
+        **common,
+    )
 
 
 PIPELINE = StrategyPlanning(_pipeline, _pipeline_candidates)
@@ -252,14 +259,7 @@ def _hybrid_candidates(name: str, common: dict, devices: int) -> Iterator[RunCon
     per mesh, so the table stays quick at thousands of devices."""
     for stages in range(2, devices // 2 + 1):
         if devices % stages == 0:
-            yield RunConfig(
-                strategy=name,
-                devices=devices,
-                stages=stages,
-                microbatches=2 * stages,
-                schedule="1f1b",
-                **common,
-            )
+            yield _pipelined(name, common, devices, stages, 2 * stages, "1f1b")
 
 
 HYBRID = StrategyPlanning(_hybrid, _hybrid_candidates)
