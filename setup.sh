@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 # Debian's chromium, for the UI tests and JupyterLab's browser check (no browser is downloaded);
-# iproute2 (ip, tc), for the emulated hosts of the multi-host tests and `dtrain bench hosts`.
+# iproute2 (ip, tc), for the emulated hosts of the multi-host tests and `python -m benchmarks hosts`.
 packages=""
 command -v chromium >/dev/null || packages="$packages chromium"
 { command -v ip >/dev/null && command -v tc >/dev/null; } || packages="$packages iproute2"
@@ -22,7 +22,7 @@ if [ -n "$packages" ]; then
   if [ "$as_root" = none ]; then
     echo "setup.sh: no root or sudo here, so not installing:$packages" >&2
     echo "  chromium: the UI tests and JupyterLab's browser check skip without it" >&2
-    echo "  iproute2: the emulated-host tests and 'dtrain bench hosts' skip (they need root too)" >&2
+    echo "  iproute2: the emulated-host tests and 'python -m benchmarks hosts' skip (they need root too)" >&2
   else
     $as_root apt-get update -qq
     # shellcheck disable=SC2086  # one word per package

@@ -1,4 +1,4 @@
-"""A hand-made run with every fault event of docs/architecture.md, "Events", for the tests of
+"""A hand-made run with every fault event of docs/architecture/events.md, "Events", for the tests of
 what shows a run (charts, run store, exports, notebook panel, server).
 
 Two devices train data-parallel steps of 1 s: 0.6 s compute, then 0.2 s all-reduce. During step 3

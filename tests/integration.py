@@ -25,9 +25,9 @@ FIXTURES = frozenset({"jp_serverapp", "other_user", "full_disk", "processes", "d
 DOCTESTS = frozenset(
     {
         "workbench",
-        "workbench.bench.ddp_reference.run_ddp",
-        "workbench.bench.machine.describe_machine",
-        "workbench.training.calibration.cached_local_calibration",
+        "benchmarks.ddp_reference.run_ddp",
+        "benchmarks.machine.describe_machine",
+        "workbench.calibration.run_start.cached_local_calibration",
     }
 )
 

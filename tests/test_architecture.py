@@ -1,4 +1,4 @@
-"""The layers of docs/architecture.md hold: imports point down only (import-linter's contracts
+"""The layers of docs/architecture/index.md hold: imports point down only (import-linter's contracts
 in pyproject.toml, function-level imports included), and no module of ``workbench`` takes part
 in an import cycle, however the import is written (module level, inside a function, or
 under ``TYPE_CHECKING``)."""

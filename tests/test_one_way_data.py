@@ -1,6 +1,6 @@
-"""A run's data flows one way (docs/architecture.md, "The life of a `dtrain run`"): the job is
-the run's inputs, which nothing that trains it writes into; what a run finds out is returned.
-Checked twice: the job refuses a write at run time (a frozen dataclass), and no module of
+"""A run's data flows one way (docs/architecture/run-lifecycle.md, "The life of a `dtrain run`"):
+the job is the run's inputs, which nothing that trains it writes into; what a run finds out is
+returned. Checked twice: the job refuses a write at run time (a frozen dataclass), and no module of
 ``workbench`` writes an attribute of a job it was handed, or mutates one in place."""
 
 from __future__ import annotations

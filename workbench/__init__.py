@@ -1,7 +1,8 @@
 """dtrain workbench: distributed deep-learning training, every classic strategy, measured.
 
 The public API in one place. The packages form layers that import only downwards; see
-``docs/architecture.md`` for the layers, the life of a run and where each concept lives. The
+``docs/architecture/index.md`` for the layers, a map of the subsystems (the life of a run
+among them) and where each concept lives. The
 ``tf.distribute``-style classes (``workbench.MirroredStrategy``, ...) exist for every registered
 strategy, including ones registered after import.
 
@@ -88,7 +89,7 @@ def _load_distribute() -> None:
 
 
 # ``Sequential.fit``, ``compile`` and ``get_weights`` reach ``workbench.distribute`` through
-# these hooks (docs/architecture.md, "Layers"). Until it is imported, each hook imports it (it
+# these hooks (docs/architecture/index.md, "Layers"). Until it is imported, each hook imports it (it
 # registers its own on import) and calls the model layer again, which then reaches the real one.
 def _fit(strategy: Any, model: Any, background: bool, **options: Any) -> Any:
     _load_distribute()

@@ -1,11 +1,14 @@
 """The run configuration shared by ``dtrain run``, ``%dtrain`` and the Python API.
 
 A :class:`RunConfig` holds the options every run has (model, data, optimizer, devices, ...)
-as fields, and the options of its strategy (``allreduce``, ``ps``, ``stages``, ...) in
-``options``, readable as attributes all the same (``config.allreduce``). Each option is
-declared once, as an :class:`Option` row: the run options in :data:`RUN_OPTIONS` below, a
-strategy's in its own module (see ``workbench.strategies``). The flag parser, the notebook's
-form, the Python API and the checks are derived from those rows.
+as fields, and the options of its strategy (``allreduce``, ``ps``, ``stages``, ...) twice
+over: in ``options``, by name (what the flags, the JSON records and the displays use), and,
+once validated, as the strategy's typed :class:`StrategyOptions` (a frozen dataclass per
+strategy), read as ``config.options_of(PipelineOptions).stages`` so that a type checker sees
+each option's name and type. Each option is declared once, as an :class:`Option` row: the
+run options in :data:`RUN_OPTIONS` below, a strategy's in ``workbench.strategies.options``
+with the dataclass that types them. The flag parser, the notebook's form, the Python API and
+the checks are derived from those rows.
 
 This module checks the run options; ``workbench.strategies.validate_config`` checks a whole
 configuration (the strategy's options and device rule too), before any data is loaded or any
@@ -22,7 +25,7 @@ import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from workbench.data import DATASET_FORMS, DatasetError, parse_dataset_spec
 from workbench.models import MODEL_NAMES
@@ -77,8 +80,9 @@ def flag_of(name: str) -> str:
 
 @dataclass(frozen=True)
 class Option:
-    """One option of a run: its name (a :class:`RunConfig` attribute and a Python keyword),
-    type, default, allowed values or minimum, and help. ``flag`` is derived from the name.
+    """One option of a run: its name (a :class:`RunConfig` field, or a field of its strategy's
+    :class:`StrategyOptions`, and a Python keyword), type, default, allowed values or minimum,
+    and help. ``flag`` is derived from the name.
 
     Examples
     --------
@@ -139,16 +143,31 @@ class Option:
         return f"{self.help}{values}"
 
 
+@dataclass(frozen=True)
+class StrategyOptions:
+    """A strategy's options, typed: each strategy declares a frozen dataclass of its options
+    deriving from this one (``workbench.strategies.options``), built once, by validation,
+    from the checked values."""
+
+    def values(self) -> dict[str, Any]:
+        """The options by name, as ``RunConfig.options`` and the JSON records hold them."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+Typed = TypeVar("Typed", bound=StrategyOptions)
+
+
 @dataclass(frozen=True, init=False)
 class RunConfig:
     """Every option of a training run: the run options as fields (named like the flags), the
-    strategy's options in ``options`` (also readable as attributes).
+    strategy's options in ``options`` by name and, once validated, typed in
+    ``strategy_options`` (read with :meth:`options_of`).
 
     Examples
     --------
     >>> config = RunConfig(strategy="mirrored", devices=2, allreduce="ring")
-    >>> config.devices, config.allreduce, config.options
-    (2, 'ring', {'allreduce': 'ring'})
+    >>> config.devices, config.options, config.strategy_options
+    (2, {'allreduce': 'ring'}, None)
     """
 
     strategy: str = "one-device"
@@ -192,6 +211,8 @@ class RunConfig:
     # The strategy's options by name; after validation, every option the strategy declares.
     options: Mapping[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    # The same options typed, set by validation (``with_strategy_options``); None before.
+    strategy_options: StrategyOptions | None = field(default=None, compare=False, repr=False)
 
     def __init__(self, **values: Any) -> None:
         options = dict(values.pop("options", None) or {})
@@ -208,20 +229,44 @@ class RunConfig:
         options.update(values)  # the rest are strategy options, checked by validate_config
         object.__setattr__(self, "options", options)
 
-    def __getattr__(self, name: str) -> Any:
-        # Only reached when ``name`` is not a field: a strategy option, or a mistake.
-        if name.startswith("__"):
-            raise AttributeError(name)
-        options = self.__dict__.get("options", {})
-        if name in options:
-            return options[name]
-        raise AttributeError(
-            f"{name!r} is not an option of this {self.__dict__.get('strategy')} run "
-            f"(its strategy options: {', '.join(options) or 'none'})"
+    def options_of(self, kind: type[Typed]) -> Typed:
+        """The strategy's options as ``kind`` (its options' class, or a family's base class
+        of it), so that a type checker sees their names and types.
+
+        Examples
+        --------
+        >>> from workbench.strategies import validate_config
+        >>> from workbench.strategies.options import PipelineOptions
+        >>> validate_config(RunConfig(strategy="pipeline", devices=2)).options_of(
+        ...     PipelineOptions
+        ... ).stages
+        2
+        """
+        held = self.strategy_options
+        if isinstance(held, kind):
+            return held
+        if held is None:
+            raise TypeError(
+                f"the {self.strategy} run's options are not typed yet: "
+                "workbench.strategies.validate_config returns the config with them"
+            )
+        raise TypeError(
+            f"a {self.strategy} run's options are {type(held).__name__}, not {kind.__name__}"
         )
 
+    def with_strategy_options(self, typed: StrategyOptions) -> RunConfig:
+        """A copy whose strategy options are ``typed`` (by name in ``options`` too, in the
+        order ``options`` has them: the order the records and displays show)."""
+        values: dict[str, Any] = {name: getattr(self, name) for name in _FIELD_NAMES}
+        typed_values = typed.values()
+        options = {name: typed_values[name] for name in self.options if name in typed_values}
+        options.update(typed_values)
+        return RunConfig(**values, options=options, extra=self.extra, strategy_options=typed)
+
     def replace(self, **changes: Any) -> RunConfig:
-        """A copy with ``changes`` (run options, strategy options, or a whole ``options``)."""
+        """A copy with ``changes`` (run options, strategy options, or a whole ``options``).
+        The typed options stay only when neither the strategy nor its options change: new
+        option values are checked and typed by validation again."""
         options = dict(changes.pop("options", self.options))
         values: dict[str, Any] = {name: getattr(self, name) for name in _FIELD_NAMES}
         for name, value in changes.items():
@@ -229,7 +274,9 @@ class RunConfig:
                 values[name] = value
             else:
                 options[name] = value
-        return RunConfig(**values, options=options, extra=self.extra)
+        same = values["strategy"] == self.strategy and options == dict(self.options)
+        typed = self.strategy_options if same else None
+        return RunConfig(**values, options=options, extra=self.extra, strategy_options=typed)
 
     def to_dict(self, flat: bool = True) -> dict[str, Any]:
         """JSON-ready form (as stored in checkpoints and run records): the run options and,
@@ -261,7 +308,9 @@ class RunConfig:
 
 
 _FIELD_NAMES = tuple(
-    f.name for f in dataclasses.fields(RunConfig) if f.name not in ("options", "extra")
+    f.name
+    for f in dataclasses.fields(RunConfig)
+    if f.name not in ("options", "extra", "strategy_options")
 )
 
 

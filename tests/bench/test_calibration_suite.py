@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from workbench.bench import calibration_suite
-from workbench.bench.command import bench_command
+from benchmarks import calibration_suite
+from benchmarks.command import bench_command
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ import json
 
 import pytest
 
+from benchmarks import bench_command, compression_suite
 from tests.parallel.conftest import no_leftover_processes  # noqa: F401 (a fixture)
-from workbench.bench import bench_command, compression_suite
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from workbench.bench import (
+from benchmarks import (
     allreduce_suite,
     bench_command,
     bubble_suite,
@@ -26,7 +26,7 @@ from workbench.bench import (
     overhead_suite,
     torch_reference,
 )
-from workbench.bench.distributed_suites import PHASE_NAMES, phase_breakdown
+from benchmarks.distributed_suites import PHASE_NAMES, phase_breakdown
 from workbench.events import EventLog
 from workbench.events.records import PhaseEvent
 from workbench.parallel.collectives import ring_bytes_per_rank

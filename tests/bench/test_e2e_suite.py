@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.bench.e2e_suite import E2ESettings, command, render, run_e2e_suite
+from benchmarks.e2e_suite import E2ESettings, command, render, run_e2e_suite
 
 
 def test_the_commands_are_the_ones_a_user_types():
@@ -19,7 +19,7 @@ def test_the_commands_are_the_ones_a_user_types():
     ]
     assert "--steps" in mirrored and mirrored[mirrored.index("--steps") + 1] == "100"
     ddp = command("ddp", 1100, settings)
-    assert ddp[1:3] == ["-m", "workbench.bench.ddp_script"] and "1100" in ddp
+    assert ddp[1:3] == ["-m", "benchmarks.ddp_script"] and "1100" in ddp
     assert settings.chosen() == ("mirrored", "ddp")
     overheads = E2ESettings(overheads=True).chosen()
     assert {"one-device", "parameter-server", "pipeline"} <= set(overheads)

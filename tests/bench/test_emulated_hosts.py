@@ -11,7 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from workbench.bench.emulated_hosts import emulated_hosts, why_hosts_cannot_be_emulated
+from benchmarks.emulated_hosts import emulated_hosts, why_hosts_cannot_be_emulated
 from workbench.config import RunConfig
 from workbench.launch.runner import run_training
 

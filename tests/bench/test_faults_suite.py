@@ -15,8 +15,8 @@ import json
 
 import pytest
 
+from benchmarks import bench_command, faults_suite
 from tests.parallel.conftest import no_leftover_processes  # noqa: F401 (a fixture)
-from workbench.bench import bench_command, faults_suite
 
 SPREAD_KEYS = {"median", "min", "q1", "q3", "max"}
 STEPS = (100, 6, 30)  # recovery, backup-worker and async runs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.bench.latency_suite import MILESTONES, LatencySettings, render, run_latency_suite
+from benchmarks.latency_suite import MILESTONES, LatencySettings, render, run_latency_suite
 from workbench.config import ConfigError, RunConfig
 from workbench.launch import background_run
 from workbench.launch.background_run import BackgroundRun

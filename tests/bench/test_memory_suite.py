@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from workbench.bench.memory_suite import (
+from benchmarks.memory_suite import (
     MemorySettings,
     render,
     run_memory_suite,

@@ -3,7 +3,7 @@ processes), and what it says where there are no GPUs."""
 
 import pytest
 
-from workbench.bench.nccl_suite import NcclSettings, render, run_nccl_suite
+from benchmarks.nccl_suite import NcclSettings, render, run_nccl_suite
 
 pytestmark = pytest.mark.gpu_path
 

@@ -15,8 +15,8 @@ import os
 
 import pytest
 
+from benchmarks import bench_command, placement_suite
 from tests.parallel.conftest import no_leftover_processes  # noqa: F401 (a fixture)
-from workbench.bench import bench_command, placement_suite
 from workbench.store import STORE_ENVIRONMENT
 
 FLAGS = ["placement", "--placement-hidden", "16", "--placement-batch", "32"]

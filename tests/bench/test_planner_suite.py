@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from workbench.bench import planner_suite
-from workbench.bench.command import bench_command
+from benchmarks import planner_suite
+from benchmarks.command import bench_command
 
 
 @pytest.fixture(scope="module")

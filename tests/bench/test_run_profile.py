@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.bench.e2e_attribution import per_step_ms, profiled, render_attribution
-from workbench.bench.run_profile import device_timeline
+from benchmarks.e2e_attribution import per_step_ms, profiled, render_attribution
+from benchmarks.run_profile import device_timeline
 from workbench.events import EventLog
 from workbench.parallel.step_loop import STEPS_PER_TASK
 

@@ -17,8 +17,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from workbench.bench import bench_command, timing, torch_reference
-from workbench.bench.step_suite import (
+from benchmarks import bench_command, timing, torch_reference
+from benchmarks.step_suite import (
     AgreementError,
     StepContender,
     StepSettings,
@@ -28,7 +28,7 @@ from workbench.bench.step_suite import (
     make_batch,
     open_contenders,
 )
-from workbench.bench.timing import Contender, ProcessContender, Spread, interleaved_rounds, rotation
+from benchmarks.timing import Contender, ProcessContender, Spread, interleaved_rounds, rotation
 from workbench.runtime import gpu_count
 
 TINY = StepSettings(batch_size=16, hidden=(32, 32))

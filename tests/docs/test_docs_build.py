@@ -32,4 +32,7 @@ def test_the_site_builds_without_a_warning(tmp_path: Path) -> None:
     api = (site / "reference" / "api.html").read_text()
     assert "workbench.distribute.Strategy" in api and "RunStore" in api
     assert (site / "tutorials" / "00-quickstart.html").is_file()
+    architecture = (site / "architecture" / "index.html").read_text()
+    assert "extending.html" in architecture and "prediction.html" in architecture
+    assert "[Unreleased]" in (site / "changelog.html").read_text()
     assert (site / "_images" / "live-panel.png").is_file()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests.docs.markdown import headings
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 README = REPOSITORY / "README.md"
 
@@ -29,17 +31,6 @@ MAIN_COMMAND = "./setup.sh && .venv/bin/dtrain run --json"
 TEST_COMMAND = "./setup.sh && .venv/bin/python -m pytest -q"
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-
-
-def headings(markdown: str) -> list[str]:
-    """The ATX headings' text, outside fenced code."""
-    found, fenced = [], False
-    for line in markdown.splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        elif not fenced and (match := re.match(r"#{1,6} (.+)", line)):
-            found.append(match.group(1).strip())
-    return found
 
 
 def github_slug(heading: str) -> str:

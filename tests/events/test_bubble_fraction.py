@@ -7,7 +7,7 @@ import pytest
 
 from workbench.events import EventLog, bubble_fraction
 from workbench.events.records import PhaseEvent
-from workbench.parallel.pipeline import gpipe_bubble, make_schedule, simulate
+from workbench.parallel.pipeline import gpipe_bubble, make_schedule, play_schedule
 
 FORWARD, BACKWARD, UPDATE = 1.0, 2.0, 0.5
 
@@ -15,7 +15,7 @@ FORWARD, BACKWARD, UPDATE = 1.0, 2.0, 0.5
 def _timeline(stages: int, microbatches: int, steps: int) -> EventLog:
     """``steps`` back-to-back GPipe steps as the stage workers report them: compute phases,
     an update after each step, and each later stage's receive posted right after its update."""
-    simulation = simulate(make_schedule("gpipe", stages, microbatches), FORWARD, BACKWARD)
+    simulation = play_schedule(make_schedule("gpipe", stages, microbatches), FORWARD, BACKWARD)
     log, origin = EventLog(), 0.0
     devices = [f"stage{s}" for s in range(stages)]
     for step in range(steps):

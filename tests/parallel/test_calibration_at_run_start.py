@@ -4,12 +4,12 @@ nothing."""
 
 import pytest
 
+from workbench.calibration.probe import time_graph_nodes
 from workbench.config import RunConfig
 from workbench.costs import Calibration, collective_key
 from workbench.launch.runner import run_training
 from workbench.models import build_model
 from workbench.optim import make_optimizer
-from workbench.runtime.calibration_probe import time_graph_nodes
 from workbench.store import RunStore
 from workbench.training.graphs import build_training_graph
 
@@ -88,3 +88,22 @@ def test_a_parameter_server_run_times_its_workers_pulls_and_pushes(store_root):
     for fit in cached.collectives.values():
         # A pull or push of the MLP's shard takes its RPC's fixed cost and more.
         assert 0 < fit.latency < 1.0 and fit.bandwidth > 0
+
+
+@pytest.mark.integration
+def test_a_hybrid_run_times_its_stage_all_reduces_all_at_once(store_root):
+    """On a 2 x 2 mesh each stage averages with the same stage of the other replica, both
+    groups at the same moment: each group's all-reduce is timed so, and the prediction plays
+    the measured time instead of the ring's messages."""
+    run = RunConfig(**{**RUN, "strategy": "hybrid", "devices": 4, "stages": 2, "hidden": (32, 32)})
+    result = run_training(run, progress=lambda line: None)
+    (cached,) = calibrations(store_root)
+    d = list(cached.devices)
+    groups = [[d[0], d[2]], [d[1], d[3]]]
+    assert set(cached.collectives) == {collective_key("ring", group) for group in groups}
+    for fit in cached.collectives.values():
+        assert 0 < fit.latency < 1.0 and fit.bandwidth > 0
+    reduced = [i for i in result.prediction.timeline.intervals if i.phase == "allreduce"]
+    # The measured time, not the ring's chunks on the wire (only the meeting's empty notes).
+    assert any(i.kind == "compute" and i.label == "allreduce" for i in reduced)
+    assert not any(i.sent for i in reduced)

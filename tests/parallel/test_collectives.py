@@ -6,6 +6,7 @@ import pytest
 
 from tests.parallel.ranks import on_ranks
 from workbench.parallel.collectives import (
+    SubgroupTransport,
     allreduce,
     chunk_bounds,
     plan_buckets,
@@ -13,6 +14,7 @@ from workbench.parallel.collectives import (
     ring_bytes_per_rank,
 )
 from workbench.parallel.collectives import ring as ring
+from workbench.runtime.transport import ThreadTransport
 
 ALGORITHMS = ["ring", "hierarchical-copy", "reduce-to-one"]
 
@@ -130,3 +132,13 @@ def test_a_ring_cut_into_slices_gives_the_bytes_of_an_uncut_one(monkeypatch, siz
         sent_chunks = [(rank - s) % size for s in range(size - 1)]
         sent_chunks += [(rank + 1 - s) % size for s in range(size - 1)]
         assert transport.bytes_sent == sum((bounds[c][1] - bounds[c][0]) * 8 for c in sent_chunks)
+
+
+def test_traffic_counted_past_send_and_recv_lands_on_the_whole_transport():
+    """NCCL moves a group's bytes in its own kernels; over a subgroup's view they count on the
+    transport the run reads its traffic from."""
+    parent = ThreadTransport.group(4)[2]
+    view = SubgroupTransport(parent, [0, 2])
+    view.count_traffic(100, 60)
+    assert (parent.bytes_sent, parent.bytes_received) == (100, 60)
+    assert (view.bytes_sent, view.bytes_received) == (100, 60)

@@ -13,6 +13,7 @@ from workbench.cli.main import main
 from workbench.config import ConfigError, RunConfig
 from workbench.notebook.compare import comparison_flag_sets
 from workbench.strategies import validate_config
+from workbench.strategies.options import MirroredOptions, MultiWorkerMirroredOptions
 
 MIRRORED = ["--strategy", "mirrored", "--devices", "2"]
 # (flags, the flag named, fragments of the message)
@@ -84,7 +85,7 @@ def test_the_python_api_gets_the_same_checks_and_canonical_values():
     assert raised.value.field == "--compression"
     for given, canonical in [("float16", "fp16"), ("topk:1e-2", "topk:0.01"), ("bf16", "bf16")]:
         config = validate_config(RunConfig(strategy="mirrored", devices=2, compression=given))
-        assert config.compression == canonical
+        assert config.options_of(MirroredOptions).compression == canonical
     config = validate_config(
         RunConfig(
             strategy="central-storage", devices=2, compression="fp16", simulate_overflow=["4"]
@@ -92,9 +93,8 @@ def test_the_python_api_gets_the_same_checks_and_canonical_values():
     )
     assert config.simulate_overflow == (4,)
     assert RunConfig.from_dict(config.to_dict()).simulate_overflow == (4,)
-    assert validate_config(RunConfig(strategy="multi-worker-mirrored", devices=2)).compression == (
-        "none"
-    )
+    config = validate_config(RunConfig(strategy="multi-worker-mirrored", devices=2))
+    assert config.options_of(MultiWorkerMirroredOptions).compression == "none"
 
 
 def test_compare_lists_the_values_of_a_comparable_flag_like_strategies():

@@ -20,6 +20,7 @@ from workbench.parallel.model_parallel.graph import build_model_parallel_graph
 from workbench.parallel.pipeline.stages import split_layers
 from workbench.store import STORE_ENVIRONMENT
 from workbench.strategies import validate_config
+from workbench.strategies.options import ModelParallelOptions
 
 D0, D1 = "/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"
 # Digits (64 features), one 1024-wide pair: at batch 1024 the fixed rates see the weight
@@ -52,7 +53,8 @@ def test_an_unknown_placement_names_the_flag_and_the_choices():
 def test_placement_belongs_to_model_parallel():
     with pytest.raises(ConfigError, match=r"--placement: applies to model-parallel"):
         validate_config(RunConfig(strategy="mirrored", devices=2, placement="greedy"))
-    assert validate_config(RunConfig(strategy="model-parallel", devices=2)).placement == "greedy"
+    config = validate_config(RunConfig(strategy="model-parallel", devices=2))
+    assert config.options_of(ModelParallelOptions).placement == "greedy"
 
 
 def test_manual_placement_without_constraints_is_refused_before_anything_starts(capsys):
@@ -129,8 +131,8 @@ def test_the_plan_prints_busy_time_transfer_costs_and_the_cost_model(tmp_path, m
 
 @pytest.mark.integration
 def test_the_plan_uses_the_cached_calibration_of_the_local_cluster(tmp_path, monkeypatch, capsys):
+    from workbench.calibration.probe import cluster_signature
     from workbench.costs import Calibration, LinkFit, link_key
-    from workbench.runtime.calibration_probe import cluster_signature
     from workbench.store import RunStore
 
     monkeypatch.setenv(STORE_ENVIRONMENT, str(tmp_path))

@@ -6,43 +6,62 @@ from __future__ import annotations
 
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from tests.parallel import step_tasks
 from workbench.events import EventLog
 from workbench.parallel.dispatch import DeviceFailure
+from workbench.parallel.loop_run import NO_PAUSES, LoopRun, NoPauses, RoundHooks, StepTasks
 from workbench.parallel.step_loop import STEPS_PER_TASK, drive_steps
 from workbench.runtime.cluster import start_cluster
 
 pytestmark = pytest.mark.integration
 
 
-def _job(total_steps: int) -> SimpleNamespace:
-    """What ``drive_steps`` reads of a training job."""
-    return SimpleNamespace(
-        first_step=0,
+def _run(total_steps: int, log: EventLog) -> LoopRun:
+    return LoopRun(
+        name="test",
         total_steps=total_steps,
-        config=SimpleNamespace(stall_timeout=60.0),
-        clock=time.monotonic,
+        steps_per_epoch=10_000,
+        stall_timeout=60.0,
         stop=threading.Event(),
-        schedule=lambda step: 0.1,
-        sampler=SimpleNamespace(steps_per_epoch=10_000),
+        clock=time.monotonic,
+        learning_rate=lambda step: 0.1,
+        log=log,
+        progress=lambda line: None,
     )
 
 
-def _drive(session, job, log, **hooks) -> None:
-    drive_steps(
-        session,
-        job,
-        log,
-        lambda line: None,
-        "test",
-        step_tasks.record_round,
-        lambda step, count: [(step, count)] * len(session.addresses),
-        **hooks,
+def _drive(session, run: LoopRun, hooks: RoundHooks = NO_PAUSES) -> None:
+    tasks = StepTasks(
+        step_tasks.record_round, lambda step, count: [(step, count)] * len(session.addresses)
     )
+    drive_steps(session, run, tasks, 0, hooks)
+
+
+class PauseOnce(NoPauses):
+    """Rounds that pause at ``step`` and keep what each device had run then."""
+
+    def __init__(self, session, step: int) -> None:
+        self.session, self.step = session, step
+        self.asked: list[int] = []
+        self.seen: list[dict] = []
+
+    def pause_at(self, step: int) -> bool:
+        self.asked.append(step)
+        return step == self.step
+
+    def at_pause(self, step: int) -> None:
+        self.seen.append(self.session.client.run(step_tasks.rounds_ran))
+
+
+class StopAfterFirstRound(NoPauses):
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+
+    def after_round(self, first: int, end: int, results: list) -> None:
+        self.stop.set()
 
 
 @pytest.fixture
@@ -53,7 +72,7 @@ def session(no_leftover_processes):
 
 def test_each_round_finds_the_next_one_waiting_on_its_worker(session):
     log, total = EventLog(), 4 * STEPS_PER_TASK
-    _drive(session, _job(total), log)
+    _drive(session, _run(total, log))
 
     waiting = {(event.step, event.value) for event in log.scalars("next_round_waiting")}
     starts = range(0, total, STEPS_PER_TASK)
@@ -67,23 +86,14 @@ def test_each_round_finds_the_next_one_waiting_on_its_worker(session):
 def test_at_a_pause_nothing_runs_ahead_of_the_devices(session):
     log, total = EventLog(), 4 * STEPS_PER_TASK
     pause = 2 * STEPS_PER_TASK
-    seen_at_pause: list[dict] = []
-    asked: list[int] = []
-
-    def pause_at(step: int) -> bool:
-        asked.append(step)
-        return step == pause
-
-    def at_pause(step: int) -> None:
-        seen_at_pause.append(session.client.run(step_tasks.rounds_ran))
-
-    _drive(session, _job(total), log, pause_at=pause_at, at_pause=at_pause)
+    hooks = PauseOnce(session, pause)
+    _drive(session, _run(total, log), hooks)
 
     # The devices had run exactly the rounds before the pause: a snapshot taken there is
     # the state at that step.
     expected = list(range(0, pause, STEPS_PER_TASK))
-    assert [list(ran.values()) for ran in seen_at_pause] == [[expected, expected]]
-    assert asked == list(range(STEPS_PER_TASK, total + 1, STEPS_PER_TASK))  # once a round
+    assert [list(ran.values()) for ran in hooks.seen] == [[expected, expected]]
+    assert hooks.asked == list(range(STEPS_PER_TASK, total + 1, STEPS_PER_TASK))  # once a round
     waiting = {event.step: event.value for event in log.scalars("next_round_waiting")}
     assert waiting[pause - STEPS_PER_TASK] == 0.0 and waiting[0] == 1.0
 
@@ -91,19 +101,16 @@ def test_at_a_pause_nothing_runs_ahead_of_the_devices(session):
 def test_a_failed_round_cancels_the_one_sent_after_it(session):
     session.client.run(step_tasks.fail_at, STEPS_PER_TASK)
     with pytest.raises(DeviceFailure, match=f"at step {STEPS_PER_TASK}: RuntimeError"):
-        _drive(session, _job(4 * STEPS_PER_TASK), EventLog())
+        _drive(session, _run(4 * STEPS_PER_TASK, EventLog()))
     time.sleep(0.5)  # a round that had wrongly started would have recorded itself by now
     ran = session.client.run(step_tasks.rounds_ran)
     assert all(rounds == [0] for rounds in ran.values())
 
 
 def test_a_stop_ends_the_run_after_the_rounds_in_flight(session):
-    job, log = _job(10 * STEPS_PER_TASK), EventLog()
-
-    def stop_after_first_round(first: int, step: int, results: list) -> None:
-        job.stop.set()
-
-    _drive(session, job, log, after_chunk=stop_after_first_round)
+    log = EventLog()
+    run = _run(10 * STEPS_PER_TASK, log)
+    _drive(session, run, StopAfterFirstRound(run.stop))
     ran = session.client.run(step_tasks.rounds_ran)
     # The round already on the devices when the stop came finishes; nothing after it.
     assert all(rounds == [0, STEPS_PER_TASK] for rounds in ran.values())

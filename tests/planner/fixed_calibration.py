@@ -6,18 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.config import RunConfig
-from workbench.costs import Calibration, LinkFit, collective_key, link_key, op_signature
-from workbench.costs.op_costs import graph_signature
-from workbench.launch.what_if import model_for, what_if_batch_sizes
-from workbench.optim import make_optimizer
-from workbench.parallel.parameter_server.exchange_probe import EXCHANGE_KINDS
-from workbench.runtime.calibration_probe import (
+from workbench.calibration.exchange_probe import EXCHANGE_KINDS
+from workbench.calibration.probe import (
     TRANSFER_SIZES,
     WIRES,
     cluster_signature,
     in_process_signature,
 )
+from workbench.config import RunConfig
+from workbench.costs import Calibration, LinkFit, collective_key, link_key, op_signature
+from workbench.costs.op_costs import graph_signature
+from workbench.launch.calibrate import model_for, what_if_batch_sizes
+from workbench.optim import make_optimizer
 from workbench.runtime.devices import device_name
 from workbench.store import RunStore
 from workbench.training.graphs import build_training_graph

@@ -18,14 +18,15 @@ from tests.planner.fixed_calibration import (
     parameter_server_calibration,
     write_cache,
 )
+from workbench.calibration import probe
 from workbench.cli.main import main
-from workbench.launch import what_if as launch_what_if
+from workbench.launch import calibrate as launch_calibrate
+from workbench.launch.calibrate import model_for
 from workbench.launch.runner import predicted_figures
-from workbench.launch.what_if import model_for, plan_what_if
+from workbench.launch.what_if import plan_what_if
 from workbench.optim import make_optimizer
 from workbench.planner.device_costs import measured_costs
 from workbench.planner.what_if import what_if
-from workbench.runtime import calibration_probe
 from workbench.strategies import STRATEGIES, validate_config
 from workbench.training.job import TrainOutcome
 
@@ -41,8 +42,8 @@ def nothing_measured(monkeypatch):
     def refuse(*args, **kwargs):
         raise Measured("a cached plan measured something")
 
-    monkeypatch.setattr(launch_what_if, "start_run_cluster", refuse)
-    monkeypatch.setattr(calibration_probe, "measure_device", refuse)
+    monkeypatch.setattr(launch_calibrate, "start_run_cluster", refuse)
+    monkeypatch.setattr(probe, "measure_device", refuse)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from workbench.bench.memory_suite import write_cifar10
+from benchmarks.memory_suite import write_cifar10
 from workbench.data import load_dataset
 from workbench.data.user_arrays import fit_arrays_dataset
 from workbench.runtime.host_dataset import (

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from workbench.bench.memory_suite import write_cifar10
+from benchmarks.memory_suite import write_cifar10
 from workbench.config import RunConfig
 from workbench.launch.runner import run_training
 from workbench.runtime.cluster import ClusterError

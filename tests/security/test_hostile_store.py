@@ -1,7 +1,8 @@
 """The run store against damaged, hostile and crashed runs: strict JSON whatever a run wrote,
 a listing that flags what it cannot read instead of failing, the run-id rule, a store root
 that another user made or opened refused, stop requests refused for another user's run, a
-killed run marked lost and a full disk ending the run failed (docs/security.md, "Run store")."""
+killed run marked lost and a full disk ending the run failed (docs/security/store.md, "Run
+store")."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from workbench.simulate import allreduce, parse_cluster, simulate
+from workbench.simulate import allreduce_programs, parse_cluster, simulate
 
 CLUSTER = "hosts=512,gpus-per-host=8,intra=nvlink:450GB/s,inter=ib:400Gb/s"
 NBYTES = 100 * 10**6
@@ -18,7 +18,7 @@ def main() -> None:
     print(f"{cluster.size} devices ({CLUSTER}), {NBYTES / 1e6:.0f} MB, add 1e-11 s/byte")
     for algorithm in ("ring", "hierarchical-copy", "reduce-to-one"):
         started = time.perf_counter()
-        programs = allreduce(cluster.devices, NBYTES, 1e-11, "g", algorithm, groups)
+        programs = allreduce_programs(cluster.devices, NBYTES, 1e-11, "g", algorithm, groups)
         timeline = simulate(programs, cluster.link)
         took = time.perf_counter() - started
         print(

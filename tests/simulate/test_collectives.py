@@ -16,13 +16,11 @@ from workbench.parallel.collectives.reduce_to_one import reduce_to_one as real_r
 from workbench.simulate import (
     Compute,
     RingAllReduce,
-    allreduce,
-    hierarchical_allreduce,
+    RingOptions,
+    allreduce_programs,
+    hierarchical_allreduce_programs,
     push_pull,
-    ring_allreduce,
-)
-from workbench.simulate import (
-    reduce_to_one as reduce_to_one_programs,
+    ring_allreduce_programs,
 )
 from workbench.simulate.collectives import SLICE_BYTES, chunk_bounds
 
@@ -45,14 +43,15 @@ def tensor(elements):
 def test_ring_sends_and_receives_as_the_real_ring(monkeypatch, size, elements, slice_bytes):
     monkeypatch.setattr(ring, "SLICE_BYTES", slice_bytes)
     real = recorded(size, lambda t: ring.ring_allreduce(t, tensor(elements), "g"))
-    programs = ring_allreduce(
-        ranks(size), elements * ITEMSIZE, 1e-9, "g", slice_bytes=slice_bytes, vectorised=False
-    )
+    options = RingOptions(slice_bytes=slice_bytes, vectorised=False)
+    programs = ring_allreduce_programs(ranks(size), elements * ITEMSIZE, 1e-9, "g", options)
     assert described(programs, ranks(size)) == real
 
 
 def test_ring_adds_each_received_slice_of_the_reduce_scatter_only():
-    programs = ring_allreduce(ranks(3), 12 * ITEMSIZE, 1e-9, "g", vectorised=False)
+    programs = ring_allreduce_programs(
+        ranks(3), 12 * ITEMSIZE, 1e-9, "g", RingOptions(vectorised=False)
+    )
     adds = [a for a in programs["d0"] if isinstance(a, Compute)]
     assert [a.seconds for a in adds] == pytest.approx([16e-9, 16e-9])  # 2 steps, 4 elements
     assert {a.phase for a in programs["d0"]} == {"allreduce"}
@@ -61,7 +60,7 @@ def test_ring_adds_each_received_slice_of_the_reduce_scatter_only():
 @pytest.mark.parametrize("size", [1, 2, 4])
 def test_reduce_to_one_as_the_real_one(size):
     real = recorded(size, lambda t: real_reduce_to_one(t, tensor(3), "g"))
-    programs = reduce_to_one_programs(ranks(size), 3 * ITEMSIZE, 1e-9, "g")
+    programs = allreduce_programs(ranks(size), 3 * ITEMSIZE, 1e-9, "g", "reduce-to-one")
     assert described(programs, ranks(size)) == real
 
 
@@ -74,7 +73,8 @@ def test_hierarchical_as_the_real_one(groups):
     size = sum(len(g) for g in groups)
     real = recorded(size, lambda t: real_hierarchical_allreduce(t, tensor(9), "g", groups))
     named = [[f"d{rank}" for rank in group] for group in groups]
-    programs = hierarchical_allreduce(named, 9 * ITEMSIZE, 1e-9, "g", vectorised=False)
+    unvectorised = RingOptions(vectorised=False)
+    programs = hierarchical_allreduce_programs(named, 9 * ITEMSIZE, 1e-9, "g", unvectorised)
     assert described(programs, ranks(size)) == real
 
 
@@ -84,14 +84,14 @@ def test_allreduce_picks_the_algorithm_as_the_real_dispatch(algorithm, elements)
     groups = [[0, 1], [2, 3]]
     real = recorded(4, lambda t: real_allreduce(t, tensor(elements), "g", algorithm, groups=groups))
     named = [[f"d{rank}" for rank in group] for group in groups]
-    programs = allreduce(
+    programs = allreduce_programs(
         ranks(4), elements * ITEMSIZE, 0.0, "g", algorithm, named, vectorised=False
     )
     assert described(programs, ranks(4)) == real
 
 
 def test_a_large_ring_is_one_vectorised_action_per_rank():
-    programs = ring_allreduce(ranks(40), 400, 0.0, "g")
+    programs = ring_allreduce_programs(ranks(40), 400, 0.0, "g")
     assert all(len(actions) == 1 for actions in programs.values())
     (ring_action,) = programs["d7"]
     assert isinstance(ring_action, RingAllReduce)
@@ -101,10 +101,12 @@ def test_a_large_ring_is_one_vectorised_action_per_rank():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: ring_allreduce(ranks(2), 10, 0.0, "g"), "not whole 4-byte elements"),
-        (lambda: allreduce(ranks(2), 8, 0.0, "g", "butterfly"), "unknown all-reduce"),
+        (lambda: ring_allreduce_programs(ranks(2), 10, 0.0, "g"), "not whole 4-byte elements"),
+        (lambda: allreduce_programs(ranks(2), 8, 0.0, "g", "butterfly"), "unknown all-reduce"),
         (
-            lambda: allreduce(ranks(3), 12, 0.0, "g", "hierarchical-copy", [["d0"], ["d1"]]),
+            lambda: allreduce_programs(
+                ranks(3), 12, 0.0, "g", "hierarchical-copy", [["d0"], ["d1"]]
+            ),
             "partition the devices",
         ),
         (lambda: push_pull(["w"], ["s0", "s1"], [8], 0.0, "g"), "each of the 2 servers"),

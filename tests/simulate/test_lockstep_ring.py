@@ -7,13 +7,15 @@ import pytest
 
 from workbench.simulate import (
     Compute,
+    Labels,
     Link,
     Recv,
+    RingOptions,
     Send,
     Signal,
     Wait,
     parse_cluster,
-    ring_allreduce,
+    ring_allreduce_programs,
     simulate,
 )
 
@@ -35,14 +37,8 @@ def ranks(size):
 
 
 def ring_programs(size, elements, slice_bytes, vectorised, staggered, busy_link):
-    programs = ring_allreduce(
-        ranks(size),
-        elements * ITEMSIZE,
-        1e-10,
-        "g",
-        slice_bytes=slice_bytes,
-        vectorised=vectorised,
-    )
+    options = RingOptions(slice_bytes=slice_bytes, vectorised=vectorised)
+    programs = ring_allreduce_programs(ranks(size), elements * ITEMSIZE, 1e-10, "g", options)
     if staggered:  # ranks reach the ring at different times, as backward ends unevenly
         for rank, device in enumerate(ranks(size)):
             programs[device].insert(0, Compute(1e-4 * ((rank * 7) % size), "backward"))
@@ -90,7 +86,7 @@ def test_thousands_of_ranks_cost_steps_not_events():
     bandwidth bound of the slowest link, 2(N-1)/N x S/B, plus latencies."""
     cluster = parse_cluster("hosts=512,gpus-per-host=8,intra=nvlink:450GB/s,inter=ib:400Gb/s")
     size, nbytes = cluster.size, 100 * 10**6
-    timeline = simulate(ring_allreduce(cluster.devices, nbytes, 0.0, "g"), cluster.link)
+    timeline = simulate(ring_allreduce_programs(cluster.devices, nbytes, 0.0, "g"), cluster.link)
     assert timeline.events == size + 2 * (size - 1)
     bound = 2 * (size - 1) / size * nbytes / cluster.inter.bandwidth
     assert bound < timeline.makespan < 1.05 * bound + 2 * (size - 1) * cluster.inter.latency
@@ -104,9 +100,8 @@ def test_bucketed_rings_on_a_communication_stream_overlap_backward():
     bucket = 25 * 2**20
     programs = {device: [] for device in cluster.devices}
     for index in range(2):
-        rings = ring_allreduce(
-            cluster.devices, bucket, 0.0, f"b{index}", stream="communication", vectorised=True
-        )
+        options = RingOptions(vectorised=True, labels=Labels(stream="communication"))
+        rings = ring_allreduce_programs(cluster.devices, bucket, 0.0, f"b{index}", options)
         for device in cluster.devices:
             programs[device] += [
                 Compute(0.01, f"backward {index}", stream="compute"),

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.parallel.pipeline.schedules import gpipe, gpipe_bubble, one_forward_one_backward
-from workbench.parallel.pipeline.schedules import simulate as play_schedule
+from workbench.parallel.pipeline.schedules import (
+    gpipe,
+    gpipe_bubble,
+    one_forward_one_backward,
+    play_schedule,
+)
 from workbench.simulate import (
     Link,
     peak_in_flight,

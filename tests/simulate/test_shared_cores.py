@@ -16,11 +16,12 @@ from workbench.simulate import (
     Link,
     Recv,
     RingAllReduce,
+    RingOptions,
     Send,
     Signal,
     Wait,
     push_pull,
-    ring_allreduce,
+    ring_allreduce_programs,
     simulate,
     uniform,
 )
@@ -187,7 +188,7 @@ def engine_programs():
         },
         push_pull(["w0", "w1", "w2"], ["s0", "s1"], [10**6, 3 * 10**6], 1e-7, "g", [0.2, 0.1]),
         even_pipeline(one_forward_one_backward(3, 4)),
-        ring_allreduce(ranks(5), 4 * 10**5, 1e-7, "g", slice_bytes=10**5),
+        ring_allreduce_programs(ranks(5), 4 * 10**5, 1e-7, "g", RingOptions(slice_bytes=10**5)),
     ]
 
 
@@ -227,7 +228,7 @@ def test_a_vectorised_ring_on_limited_hosts_runs_as_the_explicit_ring(
 
 
 def test_a_ring_with_no_member_on_a_limited_host_stays_vectorised():
-    ring = ring_allreduce(["a", "b"], 16, 0.0, "g", vectorised=True)
+    ring = ring_allreduce_programs(["a", "b"], 16, 0.0, "g", RingOptions(vectorised=True))
     timeline = simulate({**ring, "c": [Compute(1.0, "work")]}, FREE, {"c": 1})
     assert [i.kind for i in timeline.of("a")] == ["collective"]
 

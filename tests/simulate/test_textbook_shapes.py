@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from workbench.simulate import (
-    hierarchical_allreduce,
+    allreduce_programs,
+    hierarchical_allreduce_programs,
     parse_cluster,
     push_pull,
-    reduce_to_one,
-    ring_allreduce,
+    ring_allreduce_programs,
     simulate,
 )
 
@@ -24,7 +24,7 @@ def test_ring_time_is_2_n_minus_1_latencies_plus_2_n_minus_1_over_n_tensors(size
     (Slices pipeline perfectly: each step costs one latency and one chunk's put time.)"""
     cluster = parse_cluster(f"hosts=1,gpus-per-host={size},intra=100GB/s@1us")
     nbytes = 256 * MiB
-    timeline = simulate(ring_allreduce(cluster.devices, nbytes, 0.0, "g"), cluster.link)
+    timeline = simulate(ring_allreduce_programs(cluster.devices, nbytes, 0.0, "g"), cluster.link)
     link = cluster.intra
     expected = 2 * (size - 1) * link.latency + 2 * (size - 1) / size * nbytes / link.bandwidth
     assert timeline.makespan == pytest.approx(expected, rel=1e-9)
@@ -37,7 +37,8 @@ def test_reduce_to_one_time_grows_linearly_with_the_ranks(size):
     copies one after another: T = N S/B + 2 alpha, plus N-1 adds."""
     cluster = parse_cluster(f"hosts=1,gpus-per-host={size},intra=10GB/s@5us")
     nbytes, add = 64 * MiB, 1e-11
-    timeline = simulate(reduce_to_one(cluster.devices, nbytes, add, "g"), cluster.link)
+    programs = allreduce_programs(cluster.devices, nbytes, add, "g", "reduce-to-one")
+    timeline = simulate(programs, cluster.link)
     link = cluster.intra
     expected = size * nbytes / link.bandwidth + 2 * link.latency + (size - 1) * nbytes * add
     assert timeline.makespan == pytest.approx(expected, rel=1e-9)
@@ -61,9 +62,9 @@ def test_hierarchical_beats_the_flat_ring_only_when_hosts_are_far_apart(intra, i
     host at the fast link's 8 S/B_intra: cheaper only when the inter-host link is slow."""
     cluster = parse_cluster(f"hosts=4,gpus-per-host=8,intra={intra},inter={inter}")
     nbytes = 64 * MiB
-    flat = simulate(ring_allreduce(cluster.devices, nbytes, 0.0, "g"), cluster.link)
+    flat = simulate(ring_allreduce_programs(cluster.devices, nbytes, 0.0, "g"), cluster.link)
     groups = cluster.hosts_of(cluster.devices)
-    grouped = simulate(hierarchical_allreduce(groups, nbytes, 0.0, "g"), cluster.link)
+    grouped = simulate(hierarchical_allreduce_programs(groups, nbytes, 0.0, "g"), cluster.link)
     times = {"ring": flat.makespan, "hierarchical": grouped.makespan}
     slower = "ring" if faster == "hierarchical" else "hierarchical"
     assert times[faster] < times[slower]

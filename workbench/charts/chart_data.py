@@ -1,4 +1,4 @@
-"""What the live charts show, computed from events only, without Bokeh (docs/architecture.md,
+"""What the live charts show, computed from events only, without Bokeh (docs/architecture/events.md,
 "Events").
 
 A :class:`ChartFeed` reads a run's event log from where it stopped last time and returns, per
@@ -25,16 +25,26 @@ import numpy as np
 
 from workbench.charts.phase_shares import PhaseShares
 from workbench.events import EventLog
-from workbench.events.records import BUSY_PHASES, COMMUNICATION_PHASES, PhaseEvent, ScalarEvent
+from workbench.events.records import (
+    BUSY_PHASES,
+    COMMUNICATION_PHASES,
+    Phase,
+    PhaseEvent,
+    ScalarEvent,
+)
 
 THROUGHPUT_WINDOW = 10  # steps the samples/s line averages over
 UTILIZATION_WINDOW_S = 5.0  # seconds of recent activity the utilization bars describe
 STRAGGLER_STEPS = 200  # recent steps the straggler view describes
 GPU_SCALARS = ("gpu_utilization", "gpu_memory_used")  # NVML, per device, on GPUs only
 # Fault phase -> the timeline chart its rows go to (the rest go to ``timeline``).
-FAULT_TIMELINES = {"failure": "failures", "recovery": "recoveries", "dropped": "dropped"}
+FAULT_TIMELINES = {
+    Phase.FAILURE: "failures",
+    Phase.RECOVERY: "recoveries",
+    Phase.DROPPED: "dropped",
+}
 # Not work done for a step: a failure marks a moment, a recovery spans the restore.
-NOT_STEP_WORK = ("failure", "recovery")
+NOT_STEP_WORK = (Phase.FAILURE, Phase.RECOVERY)
 
 
 @dataclass
@@ -56,7 +66,7 @@ class ChartFeed:
     Examples
     --------
     >>> log = EventLog()
-    >>> log.phase("/task:0", "compute", 0, 0.0, 0.2)
+    >>> log.phase("/task:0", Phase.COMPUTE, 0, 0.0, 0.2)
     >>> log.scalar("loss", 0, 2.3, 0.2)
     >>> update = ChartFeed(log, batch_size=32).update()
     >>> update.appended["loss"]["loss"], update.replaced["utilization"]["compute"]

@@ -32,6 +32,7 @@ from bokeh.models import (
     CustomJSFilter,
     CustomJSTickFormatter,
     DataRange1d,
+    GlyphRenderer,
     HoverTool,
     LegendItem,
     NumeralTickFormatter,
@@ -41,7 +42,7 @@ from bokeh.transform import dodge, factor_cmap
 
 from workbench.charts.chart_data import FAULT_TIMELINES, ChartFeed
 from workbench.charts.phase_shares import SHARE_COLUMNS
-from workbench.events import EventLog
+from workbench.events import EventLog, Phase
 
 MAX_REFRESH_HZ = 10
 MAX_BUSY_SHARE = 0.02  # of wall time spent refreshing, whatever the refresh costs
@@ -56,18 +57,18 @@ ROLLOVER = {
 # and a dark green read as one), moving tensors in blues and purples, waiting in grey; the
 # utilization bars (compute / communication / idle) use the green, blue and grey.
 PHASE_COLOURS = {
-    "compute": "#2ca02c",
-    "update": "#bcbd22",
-    "allreduce": "#1f77b4",
-    "send": "#17becf",
-    "recv": "#aec7e8",
-    "ps-push": "#9467bd",
-    "ps-pull": "#c5b0d5",
-    "idle": "#dddddd",
+    Phase.COMPUTE: "#2ca02c",
+    Phase.UPDATE: "#bcbd22",
+    Phase.ALLREDUCE: "#1f77b4",
+    Phase.SEND: "#17becf",
+    Phase.RECV: "#aec7e8",
+    Phase.PS_PUSH: "#9467bd",
+    Phase.PS_PULL: "#c5b0d5",
+    Phase.IDLE: "#dddddd",
 }
 COMPUTE, COMMUNICATION, IDLE = "#2ca02c", "#1f77b4", "#dddddd"
 # Faults in reds and orange, which no ordinary phase uses, so they stand out of the timeline.
-FAULT_COLOURS = {"failure": "#d62728", "recovery": "#fcbba1", "dropped": "#ff7f0e"}
+FAULT_COLOURS = {Phase.FAILURE: "#d62728", Phase.RECOVERY: "#fcbba1", Phase.DROPPED: "#ff7f0e"}
 TIMELINE_COLUMNS = ["device", "phase", "step", "start", "end", "bytes"]
 WIDTH, HEIGHT = 460, 230
 # workbench.runtime.devices.device_tag in the browser ("/job:worker/task:1/device:CPU:0" ->
@@ -288,17 +289,11 @@ class LiveCharts:
             source=self.sources["utilization"],
             visible=False,
         )
-        chart.add_tools(
-            _hover(
-                renderers=[self._gpu_marker],
-                tooltips=[
-                    ("NVML GPU utilization", "@gpu_utilization{0%}"),
-                    ("GPU memory used", "@gpu_memory_used{0.0 b}"),
-                ],
-            )
-        )
-        _legend_below(chart)
-        return chart
+        tooltips = [
+            ("NVML GPU utilization", "@gpu_utilization{0%}"),
+            ("GPU memory used", "@gpu_memory_used{0.0 b}"),
+        ]
+        return _with_hover(chart, [self._gpu_marker], tooltips)
 
     def _traffic(self) -> figure:
         # From 0: with no traffic at all (a failed run) the range would centre on it, -1 to 1 B.
@@ -350,18 +345,12 @@ class LiveCharts:
             color=factor_cmap("phase", list(PHASE_COLOURS.values()), list(PHASE_COLOURS)),
             legend_field="phase",
         )
-        chart.add_tools(
-            _hover(
-                renderers=[bars],
-                tooltips=[
-                    ("phase", "@phase"),
-                    ("share", "@share{0%}"),
-                    ("interval from", "@interval_start{0.00} s"),
-                ],
-            )
-        )
-        _legend_below(chart)
-        return chart
+        tooltips = [
+            ("phase", "@phase"),
+            ("share", "@share{0%}"),
+            ("interval from", "@interval_start{0.00} s"),
+        ]
+        return _with_hover(chart, [bars], tooltips)
 
     def _timeline(self) -> figure:
         chart = self._device_figure(
@@ -371,62 +360,50 @@ class LiveCharts:
             x_axis_label="seconds since start",
         )
         last_steps = CustomJSFilter(args={"keep": DETAIL_STEPS}, code=LAST_STEPS_JS)
-        bars = chart.hbar(
-            y="device",
-            left="start",
-            right="end",
-            height=0.8,
-            source=self.sources["timeline"],
+        bars = _spans(
+            chart,
+            self.sources["timeline"],
+            0.8,
             view=CDSView(filter=last_steps),
             color=factor_cmap("phase", list(PHASE_COLOURS.values()), list(PHASE_COLOURS)),
             legend_field="phase",
         )
         faults = self._fault_renderers(chart)
-        chart.add_tools(
-            _hover(
-                renderers=[bars, *faults],
-                tooltips=[
-                    ("phase", "@phase"),
-                    ("step", "@step"),
-                    ("seconds", "@start{0.000} to @end{0.000}"),
-                    ("bytes", "@bytes"),
-                ],
-            )
-        )
-        _legend_below(chart)
-        return chart
+        tooltips = [
+            ("phase", "@phase"),
+            ("step", "@step"),
+            ("seconds", "@start{0.000} to @end{0.000}"),
+            ("bytes", "@bytes"),
+        ]
+        return _with_hover(chart, [bars, *faults], tooltips)
 
     def _fault_renderers(self, chart: figure) -> list:
         """Failures, recoveries and dropped pushes on the timeline, each from its own source
         and each with its own legend entry, shown only once the run has one (a legend field
         lists the values its source holds)."""
-        recoveries = chart.hbar(
-            y="device",
-            left="start",
-            right="end",
-            height=0.8,
-            source=self.sources[FAULT_TIMELINES["recovery"]],
-            fill_color=FAULT_COLOURS["recovery"],
+        recoveries = _spans(
+            chart,
+            self.sources[FAULT_TIMELINES[Phase.RECOVERY]],
+            0.8,
+            fill_color=FAULT_COLOURS[Phase.RECOVERY],
             fill_alpha=0.7,
             hatch_pattern="/",
-            hatch_color=FAULT_COLOURS["failure"],
+            hatch_color=FAULT_COLOURS[Phase.FAILURE],
             hatch_alpha=0.6,
-            line_color=FAULT_COLOURS["failure"],
+            line_color=FAULT_COLOURS[Phase.FAILURE],
             line_alpha=0.4,
         )
         # Drawn first, under the phases: a band over the restore must not hide the steps that
         # begin at its end.
         chart.renderers = [recoveries, *(r for r in chart.renderers if r is not recoveries)]
-        dropped = chart.hbar(
-            y="device",
-            left="start",
-            right="end",
-            height=0.5,
-            source=self.sources[FAULT_TIMELINES["dropped"]],
-            color=FAULT_COLOURS["dropped"],
+        dropped = _spans(
+            chart,
+            self.sources[FAULT_TIMELINES[Phase.DROPPED]],
+            0.5,
+            color=FAULT_COLOURS[Phase.DROPPED],
         )
-        failures = self.sources[FAULT_TIMELINES["failure"]]
-        red = FAULT_COLOURS["failure"]
+        failures = self.sources[FAULT_TIMELINES[Phase.FAILURE]]
+        red = FAULT_COLOURS[Phase.FAILURE]
         # A failure has no length: a line across its device's row, and a triangle on top so it
         # shows at any zoom.
         line = chart.segment(
@@ -470,6 +447,19 @@ def _legend_below(chart: figure) -> None:
     """Inside the plot a legend would hide lines and bars."""
     chart.legend.orientation = "horizontal"
     chart.add_layout(chart.legend[0], "below")
+
+
+def _spans(chart: figure, source: ColumnDataSource, height: float, **style: Any) -> GlyphRenderer:
+    """Bars from ``start`` to ``end`` on each device's row of the timeline."""
+    return chart.hbar(y="device", left="start", right="end", height=height, source=source, **style)
+
+
+def _with_hover(chart: figure, renderers: list, tooltips: list[tuple[str, str]]) -> figure:
+    """``chart`` finished as the device charts are: ``tooltips`` on hovering ``renderers``,
+    the legend below."""
+    chart.add_tools(_hover(renderers=renderers, tooltips=tooltips))
+    _legend_below(chart)
+    return chart
 
 
 class LiveUpdater:

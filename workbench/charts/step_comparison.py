@@ -18,6 +18,7 @@ from bokeh.plotting import figure
 from bokeh.transform import factor_cmap
 
 from workbench.charts.live_charts import PHASE_COLOURS
+from workbench.events.records import Phase
 
 SOURCES = ("predicted", "measured")
 ROW_PX = 28  # a bar and its gap: two rows a device leave its name room to stand level
@@ -54,7 +55,7 @@ def step_comparison(
     axis.group_label_orientation = "horizontal"  # device names level, not along the axis
     axis.major_label_text_font_size = "11px"
     axis.group_text_font_size = "12px"
-    phases = [phase for phase in PHASE_COLOURS if phase in set(data["phase"])] or ["compute"]
+    phases = [phase for phase in PHASE_COLOURS if phase in set(data["phase"])] or [Phase.COMPUTE]
     chart.hbar(
         y="y",
         left="start",

@@ -24,7 +24,7 @@ commands:
   plan    show how the master places and partitions the run's client graph (same flags);
           --what-if: predict every strategy for this model, batch and cluster, ranked
   calibrate  time the devices, links and dispatch of the run's cluster (cached)
-  bench   run the benchmark suites side by side with their peers (dtrain bench --help)
+  bench   from a source checkout: the benchmark suites (python -m benchmarks --help)
   export  write a stored run's events for other tools: --tensorboard DIR RUN_ID
   doctor  report this machine's (and each worker's) packages and GPUs, and smoke-run every
           strategy on the devices found (dtrain doctor --help)
@@ -145,8 +145,12 @@ def calibrate_command(argv: Sequence[str]) -> int:
         print(f"dtrain calibrate: error: {error}", file=sys.stderr)
         return 2
 
+    from workbench.launch.calibrate import (
+        calibrate_cluster,
+        calibration_summary,
+        model_for,
+    )
     from workbench.launch.runner import stderr_progress
-    from workbench.launch.what_if import calibrate_cluster, calibration_summary, model_for
     from workbench.runtime.cluster import ClusterError
     from workbench.safe_io import strict_dumps
 
@@ -191,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "calibrate":
         return calibrate_command(rest)
     if command == "bench":
-        from workbench.bench.command import bench_command
+        from workbench.cli.bench_command import bench_command
 
         return bench_command(rest)
     if command == "export":

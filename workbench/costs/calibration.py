@@ -19,7 +19,7 @@
   (:func:`workbench.costs.op_costs.graph_signature`): its spread over its median (synchronous
   replicas each wait for the slowest).
 
-The measuring is done by :mod:`workbench.runtime.calibration_probe`; this module fits, merges
+The measuring is done by :mod:`workbench.calibration.probe`; this module fits, merges
 and stores, and is tested with literal numbers.
 """
 
@@ -105,7 +105,7 @@ def collective_key(
 @dataclass
 class Calibration:
     """Measured costs of one cluster (its ``signature`` says which: see
-    :func:`workbench.runtime.calibration_probe.cluster_signature`)."""
+    :func:`workbench.calibration.probe.cluster_signature`)."""
 
     signature: str
     devices: tuple[str, ...]

@@ -16,6 +16,8 @@ from workbench.ir.graph import Graph, Node
 # Attributes that change a node's work; others (names, seeds, the slot a variable lives in)
 # do not, and keeping them out lets equal work share one measurement.
 _IGNORED_ATTRIBUTES = frozenset({"var", "key", "name", "value", "seed", "tensor_name"})
+# Ops that update a variable in place: they read and rewrite the whole variable.
+_UPDATES = ("apply_sgd", "apply_momentum", "apply_adam", "assign")
 
 
 def estimate_flops(graph: Graph, node: Node) -> float:
@@ -38,7 +40,7 @@ def estimate_flops(graph: Graph, node: Node) -> float:
     if node.op in ("conv2d", "conv2d_input_grad", "conv2d_filter_grad"):
         weights = inputs[1] if node.op != "conv2d_filter_grad" else node.types[0]
         return 2.0 * max(out, inputs[0].size) * int(np.prod(weights.shape[1:]))
-    if node.op in ("apply_sgd", "apply_momentum", "apply_adam", "assign"):
+    if node.op in _UPDATES:
         return float(4 * inputs[0].size)
     return float(max(out, 1))
 
@@ -48,7 +50,7 @@ def estimate_bytes(graph: Graph, node: Node) -> int:
     variable): what bounds it when it does little arithmetic per byte."""
     read = sum(graph.type_of(value).nbytes for value in node.inputs)
     written = sum(t.nbytes for t in node.types)
-    if node.op in ("apply_sgd", "apply_momentum", "apply_adam", "assign"):
+    if node.op in _UPDATES:
         written += 2 * graph.type_of(node.inputs[0]).nbytes
     return read + written
 

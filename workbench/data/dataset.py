@@ -62,7 +62,8 @@ class ModelInputs:
 
 
 # The most classes a data set may have: a label is one of the model's outputs, so a single
-# hostile label must not size the output layer (docs/security/files.md, "Data sets").
+# hostile label must not size the output layer (docs/security/files.md, "Sizes are checked
+# before anything is allocated").
 MAX_CLASSES = 1 << 16
 
 
@@ -99,9 +100,10 @@ class Dataset:
 
     Notes
     -----
-    The arrays are made read-only: every strategy reads the same data (docs/architecture.md,
-    "Same data, same result"), so an accidental in-place edit by one consumer must fail loudly
-    instead of silently changing the data another strategy sees. Copy before modifying.
+    The arrays are made read-only: every strategy reads the same data
+    (docs/architecture/determinism.md, "Same data, same result"), so an accidental in-place
+    edit by one consumer must fail loudly instead of silently changing the data another
+    strategy sees. Copy before modifying.
 
     Examples
     --------

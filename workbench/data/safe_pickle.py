@@ -13,7 +13,8 @@ The file must be a regular file no larger than the memory budget. What it unpick
 then walked once, rebuilding it: at most ``MAX_DEPTH`` containers deep and ``MAX_ITEMS``
 values in all, counting a shared reference every time it is reached (a few kilobytes of
 nested shared references, a "billion laughs", would otherwise expand to more values than any
-reader could walk). Limits are in docs/security/files.md, "Data sets".
+reader could walk). Limits are in docs/security/files.md, "Sizes are checked before anything is
+allocated".
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Global batches that are identical for every strategy, and how replicas slice them.
 
-Every strategy draws the same global batch for a step (docs/architecture.md, "Same data, same
-result"); data-parallel replicas and pipeline micro-batches then take consecutive row slices of
-it. Because the slices tile the
-batch exactly, averaging per-slice mean gradients equals the global-batch mean gradient.
+Every strategy draws the same global batch for a step (docs/architecture/determinism.md, "Same
+data, same result"); data-parallel replicas and pipeline micro-batches then take consecutive row
+slices of it. Because the slices tile the batch exactly, averaging per-slice mean gradients
+equals the global-batch mean gradient.
 """
 
 from __future__ import annotations

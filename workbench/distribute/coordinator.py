@@ -36,7 +36,7 @@ class RemoteValue:
         if self._result is None:
             self._result = self._future.result()
             for event in self._result["events"]:
-                self._log.phase(*event)
+                self._log.emit(event)
         return self._result["value"]
 
     def __repr__(self) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 from workbench.config import ConfigError, RunConfig
 from workbench.runtime.devices import names_device, short_device_name
 from workbench.strategies import StrategyDefinition
+from workbench.strategies.validation import resolve_options
 
 
 def resolve_device_list(
@@ -88,9 +89,9 @@ def resolve_device_list(
 
 def _config_with(definition: StrategyDefinition, count: int, settings: Mapping) -> RunConfig:
     """The strategy's device list depends on its options (a parameter server's ``ps``): the
-    ones given, else their defaults."""
-    options = {o.name: settings.get(o.name, o.default) for o in definition.options}
-    return RunConfig(strategy=definition.name, devices=count, **options)
+    ones given, else their defaults (checked and typed)."""
+    options = {o.name: settings[o.name] for o in definition.options if o.name in settings}
+    return resolve_options(RunConfig(strategy=definition.name, devices=count, **options))
 
 
 def _is_worker(device_name: str) -> bool:

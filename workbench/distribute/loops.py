@@ -273,4 +273,4 @@ def _iterations(outcome: Any) -> int | None:
 
 def _log_phases(log: EventLog, events) -> None:
     for event in events:
-        log.phase(*event)
+        log.emit(event)

@@ -1,7 +1,7 @@
 """Starting a checked run, in a background thread or here: what ``fit`` and ``%dtrain`` do.
 Either way the run is recorded in the run store (the sidebar lists it, with its status and
-events, and can stop it), as ``dtrain run`` records its runs (docs/architecture.md, "The life of
-a ``dtrain run``")."""
+events, and can stop it), as ``dtrain run`` records its runs (docs/architecture/run-lifecycle.md,
+"The life of a ``dtrain run``")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What a run's fault events add up to, for everything that shows a run in a line: the run
 store's status.json, the notebook panel's status line (and through the store, the JupyterLab
-sidebar). docs/architecture.md, "Events", lists the events.
+sidebar). docs/architecture/events.md, "Events", lists the events.
 
 In: events, in arrival order, fed one at a time to :meth:`FaultTally.add`. Out: ``restarts``
 (restarts so far), ``failures`` (failure phases seen), ``dropped_updates`` (gradient pushes the
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from workbench.events.records import PhaseEvent, ScalarEvent
+from workbench.events.records import Phase, PhaseEvent, ScalarEvent
 
 # Scalars the tally reads; the fault phases are records.FAULT_PHASES.
 FAULT_SCALARS = ("restarts", "recovery_seconds", "dropped_updates")
@@ -30,7 +30,7 @@ class FaultTally:
     Examples
     --------
     >>> tally = FaultTally()
-    >>> tally.add(PhaseEvent("/task:1", "failure", 12, 3.0, 3.0, reason="task1-cpu0: died"))
+    >>> tally.add(PhaseEvent("/task:1", Phase.FAILURE, 12, 3.0, 3.0, reason="task1-cpu0: died"))
     True
     >>> tally.pending_failure.step, tally.line()
     (12, '')
@@ -60,19 +60,19 @@ class FaultTally:
         return self._scalar(event)
 
     def _phase(self, event: PhaseEvent) -> bool:
-        if event.phase == "failure":
+        if event.phase == Phase.FAILURE:
             self.failures += 1
             self.pending_failure = event
             if event.reason:  # records written before failures carried one have none
                 self._add_reason(f"step {event.step}, {event.reason}")
                 self._restart_noted = False
             return True
-        if event.phase == "recovery":
+        if event.phase == Phase.RECOVERY:
             # Every device of the restored run logs one; any of them ends the wait.
             if self.pending_failure is not None and event.end >= self.pending_failure.start:
                 self.pending_failure = None
             return True
-        return event.phase == "dropped"
+        return event.phase == Phase.DROPPED
 
     def _scalar(self, event: ScalarEvent) -> bool:
         if event.name == "recovery_seconds":

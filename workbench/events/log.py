@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from workbench.events.records import PhaseEvent, ScalarEvent
+from workbench.events.records import Phase, PhaseEvent, ScalarEvent
 
 Event = PhaseEvent | ScalarEvent
 
@@ -40,7 +40,7 @@ class EventLog:
     def phase(
         self,
         device: str,
-        phase: str,
+        phase: Phase,
         step: int,
         start: float,
         end: float,

@@ -51,9 +51,10 @@ class StepFigures:
     --------
     One device computing 0.5 s of each 1 s step, at batch 32:
 
+    >>> from workbench.events.records import Phase
     >>> figures = StepFigures(batch_size=32)
     >>> for step in range(3):
-    ...     figures.add_phase(PhaseEvent("gpu0", "compute", step, step + 0.5, step + 1.0))
+    ...     figures.add_phase(PhaseEvent("gpu0", Phase.COMPUTE, step, step + 0.5, step + 1.0))
     >>> figures.loss_seen(0), figures.loss_seen(1)
     (None, 32.0)
     >>> [(d.step, d.utilization) for d in figures.complete_devices()]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from workbench.events.log import EventLog
-from workbench.events.records import BUSY_PHASES
+from workbench.events.records import BUSY_PHASES, Phase
 
 
 def warmup_steps(total_steps: int) -> int:
@@ -68,11 +68,11 @@ def bubble_fraction(log: EventLog, devices: list[str]) -> float | None:
 
     >>> from workbench.events.records import PhaseEvent
     >>> log = EventLog()
-    >>> for device, phase, start, end in [
-    ...     ("s1", "recv", -2, 1), ("s0", "compute", 0, 1), ("s0", "compute", 1, 2),
-    ...     ("s1", "compute", 1, 2), ("s1", "compute", 2, 3), ("s1", "compute", 3, 5),
-    ...     ("s1", "compute", 5, 7), ("s0", "compute", 5, 7), ("s0", "compute", 7, 9)]:
-    ...     log.emit(PhaseEvent(device, phase, 0, start, end))
+    >>> log.emit(PhaseEvent("s1", Phase.RECV, 0, -2, 1))
+    >>> for device, start, end in [
+    ...     ("s0", 0, 1), ("s0", 1, 2), ("s1", 1, 2), ("s1", 2, 3), ("s1", 3, 5),
+    ...     ("s1", 5, 7), ("s0", 5, 7), ("s0", 7, 9)]:
+    ...     log.emit(PhaseEvent(device, Phase.COMPUTE, 0, start, end))
     >>> round(bubble_fraction(log, ["s0", "s1"]), 4)
     0.3333
     """
@@ -81,7 +81,7 @@ def bubble_fraction(log: EventLog, devices: list[str]) -> float | None:
     steady = steps[warmup_steps(len(steps)) :]
     fractions = []
     for step in steady:
-        computed = [e for e in phases if e.step == step and e.phase == "compute"]
+        computed = [e for e in phases if e.step == step and e.phase == Phase.COMPUTE]
         if not computed:
             continue
         span = max(e.end for e in computed) - min(e.start for e in computed)

@@ -240,7 +240,8 @@ def write_run(
     Examples
     --------
     >>> import tempfile
-    >>> events = [PhaseEvent("gpu0", "compute", 0, 0.0, 0.5), ScalarEvent("loss", 0, 2.3, 0.5)]
+    >>> from workbench.events.records import Phase
+    >>> events = [PhaseEvent("gpu0", Phase.COMPUTE, 0, 0.0, 0.5), ScalarEvent("loss", 0, 2.3, 0.5)]
     >>> write_run(tempfile.mkdtemp(), events, {"batch_size": 32}, {"test_accuracy": 0.5})
     ... # doctest: +NORMALIZE_WHITESPACE
     ['device/gpu0/bytes_received', 'device/gpu0/bytes_sent', 'device/gpu0/utilization',

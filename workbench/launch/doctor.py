@@ -36,6 +36,7 @@ from workbench.runtime.gpu_runtime import loaded_runtime, missing_gpu_reason
 from workbench.runtime.preflight import installed_versions
 from workbench.strategies import STRATEGIES, validate_config
 from workbench.strategies.cluster_strategy import ClusterStrategy
+from workbench.strategies.validation import resolve_options
 
 Progress = Callable[[str], None]
 REQUIRED_PACKAGES = ("workbench", "dask", "distributed", "numpy", "bokeh")
@@ -205,7 +206,8 @@ def smoke_runs(request: DoctorRequest) -> list[SmokeRun]:
         options, count = shapes.get(name, {}), 1 if name == "one-device" else devices
         size = 0
         if isinstance(STRATEGIES[name], ClusterStrategy):
-            size = STRATEGIES[name].device_count(RunConfig(devices=count, **options))
+            shape = resolve_options(RunConfig(strategy=name, devices=count, **options))
+            size = STRATEGIES[name].device_count(shape)
         runs.append(SmokeRun(name, name, count, dict(options), size))
     return runs
 

@@ -229,7 +229,7 @@ def parse_run_flags(argv: Sequence[str], prog: str = "dtrain run") -> RunConfig:
     --------
     >>> parse_run_flags(["--steps", "5", "--hidden", "32,16"]).hidden
     (32, 16)
-    >>> parse_run_flags(["--strategy", "mirrored", "--devices", "2"]).allreduce
+    >>> parse_run_flags(["--strategy", "mirrored", "--devices", "2"]).options["allreduce"]
     'auto'
     """
     return _config(vars(build_parser(prog).parse_args(list(argv))))

@@ -37,7 +37,7 @@ def first_step_start(events: Iterable[PhaseEvent | ScalarEvent]) -> float | None
     """When the run's first step began on its clock: the earliest start of a phase of the
     step its first loss names (that loss's time if no phase was recorded), or None before any
     loss. Events' times count from the job's start, which a cluster run spends starting its
-    cluster and staging its data (docs/architecture.md, "Events"); the view counts from here.
+    cluster and staging its data (docs/architecture/events.md, "Events"); the view counts from here.
 
     Examples
     --------

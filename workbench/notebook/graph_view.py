@@ -24,6 +24,7 @@ from workbench.parallel.pipeline.stages import split_layers
 from workbench.passes import Partitioned
 from workbench.runtime import device_name
 from workbench.strategies import validate_config
+from workbench.strategies.options import PipelineOptions
 
 MARKERS = {"send": "triangle", "recv": "inverted_triangle"}
 
@@ -155,8 +156,9 @@ def pipeline_view(config: RunConfig, model=None) -> figure:
     """The stages a pipeline run of ``config`` would use (its model preset, or ``model``)."""
 
     config, model = _checked_model(config, model)
-    devices = [device_name("cpu", task=rank) for rank in range(config.stages)]
-    return pipeline_figure(model, split_layers(model, config.stages), devices)
+    stages = config.options_of(PipelineOptions).stages
+    devices = [device_name("cpu", task=rank) for rank in range(stages)]
+    return pipeline_figure(model, split_layers(model, stages), devices)
 
 
 def _lanes_figure(title: str, lanes: list[str], x_label: str, width: int) -> figure:

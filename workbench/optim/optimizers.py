@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -24,10 +25,19 @@ class OptimizerError(ValueError):
 
 @dataclass(frozen=True)
 class Optimizer:
+    """An optimizer is its in-place update op (``update_op``, an ``apply_*`` op of
+    :mod:`workbench.ir.ops.state`), that op's hyperparameters (``hyperparameters``) and the
+    slots it keeps per variable (``slots``)."""
+
     name: str
     default_learning_rate: float
+    update_op: ClassVar[str]
 
     def slots(self, variable: str, value: np.ndarray) -> dict[str, np.ndarray]:
+        return {}
+
+    def hyperparameters(self) -> dict[str, float]:
+        """The update op's attributes besides the variable's name."""
         return {}
 
     def emit_update(
@@ -37,19 +47,19 @@ class Optimizer:
         learning_rate: Tensor,
         name: str,
         after: Sequence[str],
-    ):
-        raise NotImplementedError
+    ) -> Any:
+        """The update of ``variable`` (called ``name``) by ``gradient``, after the nodes
+        ``after``."""
+        attributes: dict[str, Any] = {"var": name, **self.hyperparameters()}
+        inputs = [variable, gradient, learning_rate]
+        return variable.builder.emit(self.update_op, inputs, control_inputs=after, **attributes)
 
 
 @dataclass(frozen=True)
 class SGD(Optimizer):
     name: str = "sgd"
     default_learning_rate: float = 0.1
-
-    def emit_update(self, variable, gradient, learning_rate, name, after):
-        return variable.builder.emit(
-            "apply_sgd", [variable, gradient, learning_rate], var=name, control_inputs=after
-        )
+    update_op: ClassVar[str] = "apply_sgd"
 
 
 @dataclass(frozen=True)
@@ -59,18 +69,13 @@ class Momentum(Optimizer):
     name: str = "momentum"
     default_learning_rate: float = 0.1
     momentum: float = 0.9
+    update_op: ClassVar[str] = "apply_momentum"
 
     def slots(self, variable, value):
         return {f"{variable}/momentum": np.zeros_like(value)}
 
-    def emit_update(self, variable, gradient, learning_rate, name, after):
-        return variable.builder.emit(
-            "apply_momentum",
-            [variable, gradient, learning_rate],
-            var=name,
-            momentum=self.momentum,
-            control_inputs=after,
-        )
+    def hyperparameters(self) -> dict[str, float]:
+        return {"momentum": self.momentum}
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,7 @@ class Adam(Optimizer):
     beta1: float = 0.9
     beta2: float = 0.999
     epsilon: float = 1e-7  # Keras's default
+    update_op: ClassVar[str] = "apply_adam"
 
     def slots(self, variable, value):
         return {
@@ -88,16 +94,8 @@ class Adam(Optimizer):
             f"{variable}/adam_t": np.zeros((), dtype=np.int64),
         }
 
-    def emit_update(self, variable, gradient, learning_rate, name, after):
-        return variable.builder.emit(
-            "apply_adam",
-            [variable, gradient, learning_rate],
-            var=name,
-            beta1=self.beta1,
-            beta2=self.beta2,
-            epsilon=self.epsilon,
-            control_inputs=after,
-        )
+    def hyperparameters(self) -> dict[str, float]:
+        return {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
 
 
 def make_optimizer(name: str) -> Optimizer:

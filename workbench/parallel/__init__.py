@@ -3,6 +3,8 @@
 - ``device_run`` / ``dispatch`` / ``step_loop``: the life of a cluster run (setup tasks, K-step
   tasks pinned to their workers, gathering the variables, a dead or silent device named with
   its step); a strategy describes its part as a :class:`~workbench.parallel.device_run.DevicePlan`.
+- ``loop_run``: what the client's step loops take (the run as they read it, each round's
+  tasks, where the rounds pause for a checkpoint).
 - ``worker_spec``: what each device is given once.
 - ``collectives/``: ring, hierarchical-copy and reduce-to-one all-reduce, fusion buckets,
   the compression codecs (fp16/bf16 with loss scaling, top-k, PowerSGD), over the transports

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.events import EventLog
-from workbench.events.records import PhaseEvent
+from workbench.events.records import Phase, PhaseEvent, StepReport
 from workbench.parallel.dispatch import (
     DeviceFailure,
     StoppedInFault,
@@ -25,6 +25,7 @@ from workbench.parallel.dispatch import (
     submit_each,
     wait_all,
 )
+from workbench.parallel.loop_run import LoopRun, RoundHooks, StepTasks
 from workbench.parallel.periodic_checkpoints import PeriodicCheckpoints
 from workbench.parallel.recovery import devices_after_failure, elastic_device_count, forget_runs
 from workbench.parallel.step_loop import drive_steps
@@ -65,9 +66,9 @@ class DevicePlan:
     step_arguments: Callable[[int, int], Sequence[tuple]]
     step_ranks: Sequence[int]
     snapshot_ranks: Sequence[int]
-    # Replaces the client's chunked step loop (free-running parameter-server workers):
-    # driver(session, job, log, progress, strategy, first, after_chunk).
-    driver: Callable | None = None
+    # Replaces the client's chunked step loop (free-running parameter-server workers), taking
+    # what :func:`~workbench.parallel.step_loop.drive_steps` takes but the step tasks.
+    driver: Callable[[ClusterSession, LoopRun, int, RoundHooks], None] | None = None
     # (variables, slots) from the snapshot devices' reports; a strategy whose devices hold
     # pieces of variables (partitioned parameter-server variables) joins them here.
     merge: Callable[[Sequence[dict]], tuple[dict, dict]] = field(
@@ -214,7 +215,7 @@ def run_on_devices(
         if state is None:
             for snapshot in snapshots:
                 for event in snapshot.get("events", ()):
-                    log.phase(*event)
+                    log.emit(event)
             state = attempt.plan.merge(snapshots)
         if state[0] is not None:  # None: the run's fresh initialisation, as the host's
             host.load_state(*state)
@@ -272,38 +273,13 @@ class Attempt:
                 )
                 wait_all(session, ready, "setup", self.first, self.deadline, ranks=group.ranks)
 
-            def checkpoint(step: int) -> None:
-                self.checkpoints.save(step, *self.plan.merge(self.gather(step)))
-                if grow_to is not None and len(session.addresses) < grow_to:
-                    self._grow(step, grow_to)
-
-            def after_chunk(first: int, step: int, results: list) -> None:
-                self._note_recovered(first, results)
-                if self.checkpoints.due(step):
-                    checkpoint(step)
-
+            run = LoopRun.of(job, self.log, self.progress, strategy)
+            hooks = _AttemptRounds(self, grow_to)
             if plan.driver is not None:
-                plan.driver(
-                    session, job, self.log, self.progress, strategy, self.first, after_chunk
-                )
+                plan.driver(session, run, self.first, hooks)
             else:
-                drive_steps(
-                    session,
-                    job,
-                    self.log,
-                    self.progress,
-                    strategy,
-                    plan.step_function,
-                    plan.step_arguments,
-                    ranks=plan.step_ranks,
-                    first=self.first,
-                    chunk_limit=self.checkpoints.steps_until_due,
-                    after_chunk=lambda first, step, results: self._note_recovered(first, results),
-                    # Decided when the round ending at a step is sent, so no round is ahead
-                    # of the devices when their snapshot is taken.
-                    pause_at=self.checkpoints.due,
-                    at_pause=checkpoint,
-                )
+                tasks = StepTasks(plan.step_function, plan.step_arguments, plan.step_ranks)
+                drive_steps(session, run, tasks, self.first, hooks)
             snapshots = self.gather(job.total_steps)
         except DeviceFailure:
             raise  # the workers are restarted (recovery) or cleaned up (the run fails)
@@ -315,6 +291,12 @@ class Attempt:
             raise
         self.clean_up()
         return snapshots
+
+    def checkpoint(self, step: int, grow_to: int | None) -> None:
+        """Save the devices' state at ``step``; an elastic run then takes workers that joined."""
+        self.checkpoints.save(step, *self.plan.merge(self.gather(step)))
+        if grow_to is not None and len(self.session.addresses) < grow_to:
+            self._grow(step, grow_to)
 
     def gather(self, step: int) -> list[dict]:
         """Every snapshot device's variables and slots (and the events it kept)."""
@@ -334,7 +316,7 @@ class Attempt:
         if step < self.job.total_steps:  # a checkpoint: log what the devices kept so far
             for snapshot in snapshots:
                 for event in snapshot.pop("events", ()):
-                    self.log.phase(*event)
+                    self.log.emit(event)
         return snapshots
 
     def clean_up(self) -> None:
@@ -364,7 +346,7 @@ class Attempt:
         step = failure.step if failure.step is not None else self.first
         device = getattr(failure, "device", None) or "cluster"
         reason = failure.reason or str(failure)
-        self.log.emit(PhaseEvent(device, "failure", step, noticed, noticed, reason=reason))
+        self.log.emit(PhaseEvent(device, Phase.FAILURE, step, noticed, noticed, reason=reason))
         follows = {
             "restoring": "restoring every device from the checkpoint at step "
             f"{self.checkpoints.step}",
@@ -394,14 +376,14 @@ class Attempt:
             faults.steps_recomputed += max(0, failure.step - self.first)
         self.noticed = noticed
 
-    def _note_recovered(self, first: int, results: list) -> None:
+    def _note_recovered(self, first: int, results: list[StepReport]) -> None:
         """After a restore, the first round's start is the end of the recovery."""
         if self.noticed is None:
             return
-        starts = [event[3] for result in results for event in result["events"]]
+        starts = [event.start for result in results for event in result["events"]]
         resumed = min(starts) if starts else self.job.clock()
         for device in self.session.device_names:
-            self.log.phase(device, "recovery", first, self.noticed, resumed)
+            self.log.phase(device, Phase.RECOVERY, first, self.noticed, resumed)
         seconds = resumed - self.noticed
         self.faults.recovery_seconds.append(seconds)
         self.log.scalar("recovery_seconds", first, seconds, self.job.clock())
@@ -428,3 +410,25 @@ class Attempt:
         """The next attempt starts from the newest checkpoint (its plan is made from it)."""
         self.start = RestorePoint(*self.checkpoints.restart_point())
         self.first = self.start.step
+
+
+@dataclass(frozen=True)
+class _AttemptRounds:
+    """An attempt's rounds pause where a checkpoint is due (decided when the round ending
+    there is sent, so no round is ahead of the devices when their snapshot is taken); after a
+    restore, the first round marks the end of the recovery."""
+
+    attempt: Attempt
+    grow_to: int | None  # an elastic run's device count to grow to at a checkpoint
+
+    def steps_until_pause(self, step: int) -> int | None:
+        return self.attempt.checkpoints.steps_until_due(step)
+
+    def pause_at(self, step: int) -> bool:
+        return self.attempt.checkpoints.due(step)
+
+    def at_pause(self, step: int) -> None:
+        self.attempt.checkpoint(step, self.grow_to)
+
+    def after_round(self, first: int, end: int, results: list) -> None:
+        self.attempt._note_recovered(first, results)

@@ -29,7 +29,7 @@ class DeviceFailure(RuntimeError):
     and ``step`` say the same for code that recovers). ``recoverable``: the device died or
     stalled, so a restore from a checkpoint may go on; an error its own code raised (out of
     memory, a bad input) would only happen again. ``reason``: what happened, in a line (the
-    failure event's, docs/architecture.md, "Events")."""
+    failure event's, docs/architecture/events.md, "Events")."""
 
     def __init__(
         self,

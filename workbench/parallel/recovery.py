@@ -7,7 +7,7 @@ restored from the last checkpoint, as torchrun does. A local cluster's nanny als
 worker that died; an existing cluster may offer a spare. The run waits up to
 ``--replacement-timeout`` for as many workers as it had; an ``--elastic`` data-parallel run goes
 on with fewer when they do not come, as many as divide the global batch evenly (the batch and
-its order stay the same, so the trajectory does too: docs/architecture.md, "Faults and
+its order stay the same, so the trajectory does too: docs/architecture/faults.md, "Faults and
 stragglers"). A Stop ends each of these waits at once (:class:`~workbench.parallel.dispatch.
 StopRequested`): no new attempt starts after it.
 """

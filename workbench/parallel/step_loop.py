@@ -10,10 +10,9 @@ device's NVML utilization and memory.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from workbench.events import EventLog
 from workbench.parallel.dispatch import (
     DeviceFailure,
     InOrder,
@@ -23,16 +22,16 @@ from workbench.parallel.dispatch import (
     submit_each,
     wait_all,
 )
+from workbench.parallel.loop_run import NO_PAUSES, LoopRun, RoundHooks, StepTasks
 from workbench.parallel.stop_gate import DevicesUnreachable, stop_devices
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.gpu_metrics import gpu_metrics
-from workbench.training.job import Progress, TrainingJob, epoch_progress
 
-# Steps per dispatched task: amortises Dask's per-task cost (docs/architecture.md, "What Dask
-# costs").
+# Steps per dispatched task: amortises Dask's per-task cost (docs/architecture/dask-costs.md,
+# "What Dask costs").
 STEPS_PER_TASK = 20
 # After a Stop: how long the devices have to answer it, and to end the step in flight beyond
-# twice its usual time; a device that does not is stalled (docs/architecture.md, "Faults and
+# twice its usual time; a device that does not is stalled (docs/architecture/faults.md, "Faults and
 # stragglers").
 STOP_ANSWER_S = 2.0
 STOP_GRACE_S = 2.0
@@ -40,66 +39,60 @@ STOP_GRACE_S = 2.0
 
 def drive_steps(
     session: ClusterSession,
-    job: TrainingJob,
-    log: EventLog,
-    progress: Progress,
-    strategy: str,
-    function: Callable,
-    arguments_for: Callable[[int, int], Sequence[tuple]],
-    ranks: Sequence[int] | None = None,
-    first: int | None = None,
-    chunk_limit: Callable[[int], int | None] = lambda step: None,
-    after_chunk: Callable[[int, int, list], None] = lambda first, step, results: None,
-    pause_at: Callable[[int], bool] = lambda step: False,
-    at_pause: Callable[[int], None] = lambda step: None,
+    run: LoopRun,
+    tasks: StepTasks,
+    first: int,
+    hooks: RoundHooks = NO_PAUSES,
 ) -> None:
-    """Run steps ``first`` (default ``job.first_step``) .. ``job.total_steps`` on the devices
-    ``ranks``. A task stops short of ``chunk_limit(step)`` more steps (a checkpoint boundary);
-    ``after_chunk(first, next step, results)`` runs once a round's events are logged.
+    """Run steps ``first`` .. ``run.total_steps`` as ``tasks``. A task stops short of
+    ``hooks.steps_until_pause(step)`` more steps (a checkpoint boundary);
+    ``hooks.after_round(first, next step, results)`` runs once a round's events are logged.
 
     The next round is sent before the current one finishes, each device's task queued on its
     worker behind its previous one (:mod:`workbench.parallel.ordered_tasks`), so a device goes
     from one task to the next without waiting for the client or the scheduler
-    (docs/architecture.md, "What Dask costs"). Where ``pause_at(step)``
+    (docs/architecture/dask-costs.md, "What Dask costs"). Where ``hooks.pause_at(step)``
     (asked once, when the round ending at ``step`` is sent) is true, nothing is sent ahead:
-    the devices stop at ``step`` and ``at_pause(step)`` may use them (a checkpoint's snapshot).
+    the devices stop at ``step`` and ``hooks.at_pause(step)`` may use them (a checkpoint's
+    snapshot).
 
-    A Stop (``job.stop``) reaches the devices while they run (:mod:`~workbench.parallel.
+    A Stop (``run.stop``) reaches the devices while they run (:mod:`~workbench.parallel.
     stop_gate`): they end the step in flight, the rounds queued behind it run no step, and
     the steps that ran are logged. Devices that cannot end that step (stalled) raise
     :class:`~workbench.parallel.dispatch.StoppedInFault`.
     """
-    step = job.first_step if first is None else first
+    step, ranks, name = first, tasks.ranks, run.name
     seconds = 60.0  # the last round's, from its sending to its results
     step_seconds: float | None = None  # the last round's, per step
 
     def send(start: int, after: _Round | None) -> _Round:
-        count = min(STEPS_PER_TASK, job.total_steps - start, chunk_limit(start) or STEPS_PER_TASK)
-        arguments = arguments_for(start, count)
+        limit = hooks.steps_until_pause(start) or STEPS_PER_TASK
+        count = min(STEPS_PER_TASK, run.total_steps - start, limit)
+        arguments = tasks.arguments_for(start, count)
         # A device waits for its previous round at most as long as the client waits for one.
-        order = InOrder(after.futures if after else (), job.config.stall_timeout + 10 * seconds)
+        order = InOrder(after.futures if after else (), run.stall_timeout + 10 * seconds)
         futures = submit_each(
-            session, strategy, "step", start, function, arguments, ranks=ranks, in_order=order
+            session, name, "step", start, tasks.function, arguments, ranks=ranks, in_order=order
         )
         return _Round(start, start + count, futures)
 
     in_flight: _Round | None = None
-    while in_flight is not None or step < job.total_steps:
+    while in_flight is not None or step < run.total_steps:
         if in_flight is None:
-            if job.stop.is_set():
-                progress(f"[{strategy}] stopped at step {step}")
+            if run.stop.is_set():
+                run.progress(f"[{name}] stopped at step {step}")
                 return
             in_flight = send(step, None)
         current, ahead = in_flight, None
-        pause = pause_at(current.end)
-        if not pause and current.end < job.total_steps and not job.stop.is_set():
+        pause = hooks.pause_at(current.end)
+        if not pause and current.end < run.total_steps and not run.stop.is_set():
             ahead = send(current.end, current)
-        started = job.clock()
+        started = run.clock()
         try:
             # A round takes about as long as the last one: a stall is one that takes far longer.
-            deadline = job.config.stall_timeout + 10 * seconds
+            deadline = run.stall_timeout + 10 * seconds
             results = wait_all(
-                session, current.futures, "a step", current.first, deadline, ranks, job.stop
+                session, current.futures, "a step", current.first, deadline, ranks, run.stop
             )
         except StopRequested:
             rounds = [round_ for round_ in (current, ahead) if round_ is not None]
@@ -107,21 +100,21 @@ def drive_steps(
             for round_, results in _stop_rounds(session, rounds, ranks, grace):
                 ran = _steps_run(results)
                 if ran:  # a round queued behind the stop step runs none
-                    _log_round(session, job, log, progress, strategy, round_, results)
-                    after_chunk(round_.first, round_.first + ran, results)
+                    _log_round(session, run, round_, results)
+                    hooks.after_round(round_.first, round_.first + ran, results)
                     step = round_.first + ran
-            progress(f"[{strategy}] stopped at step {step}")
+            run.progress(f"[{name}] stopped at step {step}")
             return
         except BaseException:
             if ahead is not None:
                 cancel_all(session, ahead.futures)
             raise
-        seconds = max(job.clock() - started, 0.1)
+        seconds = max(run.clock() - started, 0.1)
         step_seconds = seconds / current.count
-        _log_round(session, job, log, progress, strategy, current, results)
-        after_chunk(current.first, current.end, results)
+        _log_round(session, run, current, results)
+        hooks.after_round(current.first, current.end, results)
         if pause:
-            at_pause(current.end)
+            hooks.at_pause(current.end)
         step, in_flight = current.end, ahead
 
 
@@ -168,27 +161,20 @@ class _Round:
         return self.end - self.first
 
 
-def _log_round(
-    session: ClusterSession,
-    job: TrainingJob,
-    log: EventLog,
-    progress: Progress,
-    strategy: str,
-    round_: _Round,
-    results: list,
-) -> None:
+def _log_round(session: ClusterSession, run: LoopRun, round_: _Round, results: list) -> None:
     """A finished round's reports as events, and its progress lines."""
+    log, clock = run.log, run.clock
     for result in results:
         for event in result["events"]:
-            log.phase(*event)
+            log.emit(event)
         for current, staleness in result.get("staleness", ()):
-            log.scalar("staleness", current, staleness, job.clock())
+            log.scalar("staleness", current, staleness, clock())
         # Other per-step figures a device reports, e.g. a replica's loss scale.
         for name, current, value, device in result.get("scalars", ()):
-            log.scalar(name, current, value, job.clock(), device=device)
+            log.scalar(name, current, value, clock(), device=device)
     for device, (utilization, memory) in gpu_metrics(session).items():
-        log.scalar("gpu_utilization", round_.first, utilization, job.clock(), device=device)
-        log.scalar("gpu_memory_used", round_.first, memory, job.clock(), device=device)
+        log.scalar("gpu_utilization", round_.first, utilization, clock(), device=device)
+        log.scalar("gpu_memory_used", round_.first, memory, clock(), device=device)
     for index in range(_steps_run(results)):
         current = results[0]["losses"][index][0]
         # Equal shards of the batch: the mean of the reported losses is the global loss
@@ -197,8 +183,8 @@ def _log_round(
         reported = [value for value in reported if value is not None]
         loss = sum(reported) / len(reported)
 
-        log.scalar("loss", current, loss, job.clock())
-        log.scalar("lr", current, job.schedule(current), job.clock())
-        line = epoch_progress(job, current, loss, strategy)
+        log.scalar("loss", current, loss, clock())
+        log.scalar("lr", current, run.learning_rate(current), clock())
+        line = run.epoch_line(current, loss)
         if line:
-            progress(line)
+            run.progress(line)

@@ -14,7 +14,7 @@ calls, each running on the workers' event loops beside their busy task threads
    task and every task queued behind it return what ran.
 
 After a Stop the devices therefore complete the step in flight, and no other
-(docs/architecture.md, "Faults and stragglers").
+(docs/architecture/faults.md, "Faults and stragglers").
 """
 
 from __future__ import annotations

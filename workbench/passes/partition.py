@@ -4,12 +4,17 @@ Like the TF master's partitioner: a value needed on another device is sent once 
 once per destination device (however many nodes there read it), the pair sharing a rendezvous
 key ``<value>-><device>``; a control edge across devices becomes a Send/Recv of an empty token.
 Every node keeps its name, so a partition reads like the slice of the original graph it is.
+
+Two steps: :func:`collect` finds the cut (what crosses devices, and each device's nodes,
+Sends and Recvs in the order it runs them) as immutable data, building no node; :func:`emit`
+builds the partitions from it, each node from one entry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -71,95 +76,240 @@ def partition(
     wait for everything the source device runs in between. Each Recv comes right before its
     first reader.
     """
-    index = {device: i for i, device in enumerate(devices)}
-    nodes: dict[str, list[Node]] = {device: [] for device in devices}
-    transfers: list[Transfer] = []
-    where = {node.name: node.device for node in graph.nodes}
+    return emit(collect(graph, devices, fed_everywhere))
 
-    def device_of(name: str) -> str:
-        device = where[name]
-        if device not in index:
+
+# --- collect: what crosses devices, and where each device's nodes go --------------------------
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """``value``, made on ``source`` (by the node ``maker``), read on ``target``: one Send
+    there, one Recv here. A token (``token/<maker>``, empty) stands for a control edge."""
+
+    value: Value
+    maker: str
+    source: str
+    target: str
+    type_: TensorType
+    token: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.value}->{self.target}"
+
+    @property
+    def stem(self) -> str:
+        return f"{self.value.node}_{self.value.index}"
+
+
+@dataclass(frozen=True)
+class Keep:
+    """A node of the graph, its inputs read where it runs."""
+
+    node: Node
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A placeholder fed on every device that reads it, copied here."""
+
+    node: Node
+
+
+@dataclass(frozen=True)
+class Receive:
+    crossing: Crossing
+
+
+@dataclass(frozen=True)
+class SendOut:
+    crossing: Crossing
+
+
+@dataclass(frozen=True)
+class Token:
+    """An empty constant made after ``node``, sent to the devices whose nodes wait on it."""
+
+    node: str
+
+
+Entry = Keep | Copy | Receive | SendOut | Token
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A placed graph's cut, as :func:`collect` finds it: each device's entries in the order
+    it runs them, the crossings in the order their Sends run (graph order), and which of the
+    graph's outputs each device holds."""
+
+    devices: tuple[str, ...]
+    placement: Mapping[str, str]  # node -> device
+    fed_everywhere: frozenset[str]
+    entries: Mapping[str, tuple[Entry, ...]]
+    crossings: tuple[Crossing, ...]
+    outputs: Mapping[str, Mapping[str, Value]]
+
+
+def collect(graph: Graph, devices: Sequence[str], fed_everywhere: Collection[str] = ()) -> Cut:
+    """Where every node of a placed graph runs, and what each device must send and receive:
+    reads nothing but its arguments and builds no node."""
+    placement = _placement(graph, devices)
+    fed = frozenset(fed_everywhere)
+    sends: dict[str, list[Crossing]] = {}
+    for crossing in _crossing_reads(graph, placement, fed):
+        sends.setdefault(crossing.maker, []).append(crossing)
+    entries: dict[str, list[Entry]] = {device: [] for device in devices}
+    received: set[tuple[Value, str]] = set()
+    crossings: list[Crossing] = []
+    for node in graph.nodes:
+        device = placement[node.name]
+        here = entries[device]
+        for value, maker in _reads(node):
+            source = placement[maker]
+            if source == device or (value, device) in received:
+                continue
+            received.add((value, device))
+            if value.node in fed:
+                here.append(Copy(graph.node(value.node)))
+            else:
+                here.append(Receive(_crossing(graph, value, maker, source, device)))
+        here.append(Keep(node))
+        values = [c for c in sends.get(node.name, ()) if not c.token]
+        tokens = [c for c in sends.get(node.name, ()) if c.token]
+        here.extend(SendOut(crossing) for crossing in values)
+        if tokens:
+            here.append(Token(node.name))
+            here.extend(SendOut(crossing) for crossing in tokens)
+        crossings += values + tokens
+    outputs = {
+        device: MappingProxyType(
+            {k: v for k, v in graph.outputs.items() if placement[v.node] == device}
+        )
+        for device in devices
+    }
+    return Cut(
+        tuple(devices),
+        MappingProxyType(placement),
+        fed,
+        MappingProxyType({device: tuple(listed) for device, listed in entries.items()}),
+        tuple(crossings),
+        MappingProxyType(outputs),
+    )
+
+
+def _placement(graph: Graph, devices: Sequence[str]) -> dict[str, str]:
+    placement = {}
+    for node in graph.nodes:
+        if node.device is None or node.device not in devices:
             raise PartitionError(
-                f"node {name!r} is placed on {device!r}, not one of {devices}; "
+                f"node {node.name!r} is placed on {node.device!r}, not one of {devices}; "
                 "run the place pass first"
             )
-        return device
+        placement[node.name] = node.device
+    return placement
 
-    # Which values, and which tokens, each node must send, in the order their readers need them.
-    sends: dict[str, list[tuple[Value, str]]] = {}
-    tokens: dict[str, list[str]] = {}
+
+def _reads(node: Node) -> tuple[tuple[Value, str], ...]:
+    """What ``node`` reads, each with the node that makes it: its inputs, then a token for
+    each node it waits on."""
+    inputs = tuple((value, value.node) for value in node.inputs)
+    return inputs + tuple((Value(f"token/{name}"), name) for name in node.control_inputs)
+
+
+def _crossing(graph: Graph, value: Value, maker: str, source: str, target: str) -> Crossing:
+    token = value.node != maker
+    type_ = _TOKEN if token else graph.type_of(value)
+    return Crossing(value, maker, source, target, type_, token)
+
+
+def _crossing_reads(
+    graph: Graph, placement: Mapping[str, str], fed: frozenset[str]
+) -> list[Crossing]:
+    """Every value (and control edge) read across devices, once per reading device, in the
+    order the readers need them: the order each maker sends them in."""
+    reads: list[Crossing] = []
+    seen: set[tuple[Value, str]] = set()
     for node in graph.nodes:
-        device = device_of(node.name)
-        for value in node.inputs:
-            wanted = sends.setdefault(value.node, [])
-            crosses = device_of(value.node) != device and value.node not in fed_everywhere
-            if crosses and (value, device) not in wanted:
-                wanted.append((value, device))
-        for name in node.control_inputs:
-            wanted_by = tokens.setdefault(name, [])
-            if device_of(name) != device and device not in wanted_by:
-                wanted_by.append(device)
+        device = placement[node.name]
+        for value, maker in _reads(node):
+            source = placement[maker]
+            if source == device or value.node in fed or (value, device) in seen:
+                continue
+            seen.add((value, device))
+            reads.append(_crossing(graph, value, maker, source, device))
+    return reads
 
-    def send(value: Value, type_: TensorType, target: str) -> None:
-        source, key, stem = where[value.node], f"{value}->{target}", f"{value.node}_{value.index}"
-        nodes[source].append(
-            Node(
-                f"send/{stem}/to_d{index[target]}",
-                "send",
-                (value,),
-                {"key": key, "source": source, "target": target},
-                (),
-                device=source,
-            )
-        )
-        transfers.append(Transfer(key, value, source, target, type_.nbytes, type_.shape))
 
-    made: set[tuple[str, str]] = set()
+# --- emit: the partitions, node by node --------------------------------------------------------
 
-    def received(value: Value, target: str) -> Value:
-        """``value`` on ``target``: itself, a copy of its placeholder, or its Recv's output."""
-        source = device_of(value.node)
-        if source == target:
-            return value
-        if value.node in fed_everywhere:
-            if (value.node, target) not in made:
-                made.add((value.node, target))
-                nodes[target].append(graph.node(value.node).replace(device=target))
-            return value
-        name = f"recv/{value.node}_{value.index}/from_d{index[source]}"
-        if (name, target) not in made:
-            made.add((name, target))
-            type_ = graph.type_of(value) if graph.has_node(value.node) else _TOKEN
-            attrs = {"key": f"{value}->{target}", "source": source, "target": target}
-            attrs.update(shape=type_.shape, dtype=type_.dtype)
-            nodes[target].append(Node(name, "recv", (), attrs, (type_,), device=target))
-        return Value(name)
 
-    for node in graph.nodes:
-        device = device_of(node.name)
-        inputs = tuple(received(value, device) for value in node.inputs)
-        control = tuple(
-            name if device_of(name) == device else received(Value(f"token/{name}"), device).node
-            for name in node.control_inputs
-        )
-        nodes[device].append(node.replace(inputs=inputs, control_inputs=control))
-        for value, target in sends.get(node.name, ()):
-            send(value, graph.type_of(value), target)
-        if tokens.get(node.name):
-            token = f"token/{node.name}"
-            empty = np.zeros((0,), dtype=np.float32)
-            empty.setflags(write=False)
-            nodes[device].append(
-                Node(token, "constant", (), {"value": empty}, (_TOKEN,), (node.name,), device)
-            )
-            where[token] = device
-            for target in tokens[node.name]:
-                send(Value(token), _TOKEN, target)
-
+def emit(cut: Cut) -> Partitioned:
+    """The per-device graphs a :class:`Cut` describes, each verified."""
+    index = {device: i for i, device in enumerate(cut.devices)}
     partitions = {}
-    for device in devices:
-        outputs = {k: v for k, v in graph.outputs.items() if device_of(v.node) == device}
-        part = Graph(tuple(nodes[device]), outputs)
+    for device in cut.devices:
+        nodes = tuple(_node(entry, device, cut, index) for entry in cut.entries[device])
+        part = Graph(nodes, dict(cut.outputs[device]))
         verify(part, after=f"partition for {device}")
         partitions[device] = part
-    return Partitioned(partitions, tuple(transfers))
+    transfers = tuple(
+        Transfer(c.key, c.value, c.source, c.target, c.type_.nbytes, c.type_.shape)
+        for c in cut.crossings
+    )
+    return Partitioned(partitions, transfers)
+
+
+def _node(entry: Entry, device: str, cut: Cut, index: Mapping[str, int]) -> Node:
+    if isinstance(entry, Keep):
+        node = entry.node
+        inputs = tuple(_read(value, device, cut, index) for value in node.inputs)
+        control = tuple(
+            name
+            if cut.placement[name] == device
+            else _recv_name(Value(f"token/{name}"), cut.placement[name], index)
+            for name in node.control_inputs
+        )
+        return node.replace(inputs=inputs, control_inputs=control)
+    if isinstance(entry, Copy):
+        return entry.node.replace(device=device)
+    if isinstance(entry, Receive):
+        c = entry.crossing
+        attrs = {
+            "key": c.key,
+            "source": c.source,
+            "target": c.target,
+            "shape": c.type_.shape,
+            "dtype": c.type_.dtype,
+        }
+        return Node(
+            _recv_name(c.value, c.source, index), "recv", (), attrs, (c.type_,), device=device
+        )
+    if isinstance(entry, SendOut):
+        c = entry.crossing
+        return Node(
+            f"send/{c.stem}/to_d{index[c.target]}",
+            "send",
+            (c.value,),
+            {"key": c.key, "source": c.source, "target": c.target},
+            (),
+            device=device,
+        )
+    empty = np.zeros((0,), dtype=np.float32)
+    empty.setflags(write=False)
+    return Node(
+        f"token/{entry.node}", "constant", (), {"value": empty}, (_TOKEN,), (entry.node,), device
+    )
+
+
+def _read(value: Value, device: str, cut: Cut, index: Mapping[str, int]) -> Value:
+    """``value`` as read on ``device``: itself (made there, or a placeholder fed there) or its
+    Recv's output."""
+    source = cut.placement[value.node]
+    if source == device or value.node in cut.fed_everywhere:
+        return value
+    return Value(_recv_name(value, source, index))
+
+
+def _recv_name(value: Value, source: str, index: Mapping[str, int]) -> str:
+    return f"recv/{value.node}_{value.index}/from_d{index[source]}"

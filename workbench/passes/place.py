@@ -11,8 +11,8 @@ Order of authority:
 3. with ``colocate_gradients`` (TF's ``colocate_gradients_with_ops``), a backward node goes
    where its forward node went (autodiff names it ``gradients/<forward node>/...``);
 4. the rest by a greedy cost model: in graph order, each node goes to the device where it
-   would finish first (:class:`~workbench.passes.schedule.Timeline`: the device's queued
-   work, ``cost.node_seconds`` there, ``cost.transfer_seconds`` for each input made
+   would finish first (:class:`~workbench.passes.list_schedule.DeviceClocks`: the device's
+   queued work, ``cost.node_seconds`` there, ``cost.transfer_seconds`` for each input made
    elsewhere), counting, away from its inputs, the trip of its result back to them; ties
    (within a margin of noise) go to the lowest device (:func:`_earliest`).
 
@@ -29,7 +29,7 @@ from collections.abc import Collection, Sequence
 
 from workbench.costs import CostModel, StaticCostModel
 from workbench.ir.graph import Graph, Node
-from workbench.passes.schedule import Timeline
+from workbench.passes.list_schedule import DeviceClocks
 
 COLOCATED_WITH_VARIABLE = ("apply_sgd", "apply_momentum", "apply_adam", "assign")
 SOURCES = ("placeholder", "constant", "variable")
@@ -104,26 +104,26 @@ def place(
     devices = list(devices)
     chosen = _constrained(graph, devices)
     homes = _variable_homes(graph, chosen)
-    timeline = Timeline(graph, devices, cost or StaticCostModel(), fed_everywhere)
+    clocks = DeviceClocks(graph, devices, cost or StaticCostModel(), fed_everywhere)
     waiting: dict[str, Node] = {}  # nodes that go with their first reader, not placed yet
     for node in graph.nodes:
-        device = chosen.get(node.name) or _colocated(node, timeline, homes, colocate_gradients)
+        device = chosen.get(node.name) or _colocated(node, clocks, homes, colocate_gradients)
         if device is None and _made_from_sources(graph, node):
             waiting[node.name] = node
             continue
         first = _waiting_inputs(node, waiting)
         if device is None:
-            device = _earliest(timeline, node, devices, first)
+            device = _earliest(clocks, node, devices, first)
         for each in first:
-            _commit(timeline, waiting.pop(each.name), device, homes)
-        _commit(timeline, node, device, homes)
+            _commit(clocks, waiting.pop(each.name), device, homes)
+        _commit(clocks, node, device, homes)
     for node in list(waiting.values()):  # read by nothing: where it would finish first
         if node.name in waiting:
             first = _waiting_inputs(node, waiting)
-            device = _earliest(timeline, node, devices, first)
+            device = _earliest(clocks, node, devices, first)
             for each in [*first, node]:
-                _commit(timeline, waiting.pop(each.name), device, homes)
-    where = timeline.device
+                _commit(clocks, waiting.pop(each.name), device, homes)
+    where = clocks.device
     return graph.with_nodes(node.replace(device=where[node.name]) for node in graph.nodes)
 
 
@@ -181,24 +181,24 @@ def _variable_homes(graph: Graph, chosen: dict[str, str]) -> dict[str, str]:
 
 
 def _colocated(
-    node: Node, timeline: Timeline, homes: dict[str, str], gradients: bool
+    node: Node, clocks: DeviceClocks, homes: dict[str, str], gradients: bool
 ) -> str | None:
     """The device colocation decides for an unconstrained node, or None."""
     variable = _variable(node)
     if variable in homes:
         return homes[variable]
     if node.op in COLOCATED_WITH_VARIABLE and node.inputs:
-        return timeline.device.get(node.inputs[0].node) or None
+        return clocks.device.get(node.inputs[0].node) or None
     if gradients and node.name.startswith("gradients/"):
         parts = node.name.split("/")[1:]
         for end in range(len(parts) - 1, 0, -1):
-            forward = timeline.device.get("/".join(parts[:end]))
+            forward = clocks.device.get("/".join(parts[:end]))
             if forward:
                 return forward
     return None
 
 
-def _earliest(timeline: Timeline, node: Node, devices: list[str], first: list[Node]) -> str:
+def _earliest(clocks: DeviceClocks, node: Node, devices: list[str], first: list[Node]) -> str:
     """The device where ``node`` (after the waiting nodes ``first`` it reads) would have its
     result ready first, back where its inputs are.
 
@@ -212,21 +212,20 @@ def _earliest(timeline: Timeline, node: Node, devices: list[str], first: list[No
     nodes' time plus ``TIE_SECONDS``. Two identical devices' measured times of one op differ
     by 5-20% (calibration noise), which must not decide.
     """
-    home = timeline.home(node, {each.name for each in first}) or devices[0]
+    home = clocks.home(node, {each.name for each in first}) or devices[0]
     ready = {
-        d: timeline.finish_at(node, d, first) + timeline.back_seconds(node, d, home)
-        for d in devices
+        d: clocks.finish_at(node, d, first) + clocks.back_seconds(node, d, home) for d in devices
     }
     best = min(ready.values())
     for device in devices:
-        seconds = sum(timeline.cost.node_seconds(timeline.graph, n, device) for n in [*first, node])
+        seconds = sum(clocks.cost.node_seconds(clocks.graph, n, device) for n in [*first, node])
         if ready[device] <= best + TIE_FRACTION * seconds + TIE_SECONDS:
             return device
     raise AssertionError("the earliest device is within its own margin")
 
 
-def _commit(timeline: Timeline, node: Node, device: str, homes: dict[str, str]) -> None:
-    timeline.commit(node, device)
+def _commit(clocks: DeviceClocks, node: Node, device: str, homes: dict[str, str]) -> None:
+    clocks.commit(node, device)
     variable = _variable(node)
     if variable is not None:
         homes.setdefault(variable, device)

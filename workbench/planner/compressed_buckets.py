@@ -27,7 +27,7 @@ from workbench.parallel.collectives.compression import CompressionSpec
 from workbench.parallel.collectives.compression.power_sgd import matrix_shape, worth_compressing
 from workbench.planner.device_costs import DeviceCosts
 from workbench.planner.measured_collectives import measured_allreduce
-from workbench.simulate import Action, Compute, Recv, Send, allreduce
+from workbench.simulate import Action, Compute, Recv, Send, allreduce_programs
 
 INDEX_BYTES = 8  # top-k indices travel as int64
 SELECT_PASSES = 8  # |x|, a partition of it, the gather, the residual kept and cleared
@@ -54,7 +54,7 @@ def bucket_exchange(
     labels = {"phase": "allreduce", "stream": stream}
 
     def reduced(size: int, width: int, part: str) -> dict[str, list[Action]]:
-        return allreduce(
+        return allreduce_programs(
             list(devices),
             size,
             costs.add_seconds_per_byte,

@@ -139,8 +139,8 @@ class DeviceCosts:
         The step loop sends each round while the one before it runs, so the devices no
         longer wait out this round trip; what they still pay is the client's CPU that the
         round trip stands for, competing with the workers for a host's cores. Charging the
-        whole round keeps predictions nearest the measured step (docs/architecture.md,
-        "What a prediction charges outside the programs")."""
+        whole round keeps predictions nearest the measured step (docs/architecture/prediction.md,
+        "Predicting a step: calibration, cost model, simulator")."""
         return self.dispatch_seconds / STEPS_PER_TASK
 
 
@@ -255,7 +255,7 @@ def described_costs(cluster: ClusterDescription) -> DeviceCosts:
 
 def fixed_costs() -> DeviceCosts:
     """Nothing measured: the placer's fixed rates and Dask's comms before the shared-memory
-    channels (docs/architecture.md, "What Dask costs")."""
+    channels (docs/architecture/dask-costs.md, "What Dask costs")."""
     static = StaticCostModel()
     link = Link(static.latency, static.bytes_per_second, "fixed")
     return DeviceCosts(

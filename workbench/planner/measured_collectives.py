@@ -1,4 +1,4 @@
-"""Collectives as calibration timed them (``parallel/collectives/probe.py``), as simulator
+"""Collectives as calibration timed them (``calibration/collectives_probe.py``), as simulator
 programs: the devices meet at the first of them (an empty message there and back: a
 collective's first exchanges wait for its last rank), then each spends the measured time,
 without taking a share of its host's cores: what was timed already ran on all the devices at

@@ -25,6 +25,7 @@ from workbench.planner.strategy_planning import (
 from workbench.simulate import Timeline, pipeline_bubble, simulate
 from workbench.strategies import STRATEGIES
 from workbench.strategies.cluster_strategy import ClusterStrategy
+from workbench.strategies.options import HybridOptions, ParameterServerOptions
 
 __all__ = ["PlanningError", "Prediction", "memory_estimate", "predict", "step_programs"]
 
@@ -130,13 +131,14 @@ def memory_estimate(config: RunConfig, model: Sequential, devices: Sequence[str]
             d: parameters * 2 * itemsize + per_sample * config.batch_size // workers * itemsize
             for d in devices[:workers]
         }
-        held.update({d: parameters * copies * itemsize // config.ps for d in devices[workers:]})
+        shards = config.options_of(ParameterServerOptions).ps
+        held.update({d: parameters * copies * itemsize // shards for d in devices[workers:]})
         return held
     if name in ("model-parallel", "pipeline"):
         share = (parameters * copies + per_sample * config.batch_size) * itemsize
         return {d: share // len(devices) for d in devices}
     if name == "hybrid":  # a stage's variables, its replica's activations through that stage
-        replicas = len(devices) // config.stages
+        replicas = len(devices) // config.options_of(HybridOptions).stages
         share = (parameters * copies * replicas + per_sample * config.batch_size) * itemsize
         return {d: share // len(devices) for d in devices}
     batch = config.batch_size // len(devices)

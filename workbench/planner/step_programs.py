@@ -211,7 +211,7 @@ def parameter_server_step(
     per push, a step per ``workers`` updates), here one round of them.
 
     Where calibration timed the workers' pulls and pushes as they run them
-    (``parallel/parameter_server/exchange_probe.py``), each is that time, the shards' answers
+    (``calibration/exchange_probe.py``), each is that time, the shards' answers
     free signals, and the gradients take as much longer as they did in that loop; otherwise
     each RPC is simulated on the ``rpc`` links, its payload unpacked by the receiver."""
     itemsize = np.dtype(dtype).itemsize

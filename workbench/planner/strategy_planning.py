@@ -2,7 +2,7 @@
 offers: one :class:`StrategyPlanning` per strategy, named by the strategy's definition
 (``StrategyDefinition.planning``, a ``"module:NAME"`` the planner imports when it first plans
 that strategy, so the definitions stay below the planner). A strategy derived from another
-plans as its parent unless it names its own (docs/architecture.md, "Adding a strategy").
+plans as its parent unless it names its own (docs/architecture/extending.md, "Adding a strategy").
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 from workbench.config import RunConfig
 from workbench.models import Sequential
 from workbench.optim import Optimizer
-from workbench.parallel.collectives.buckets import DEFAULT_BUCKET_BYTES
 from workbench.parallel.collectives.compression import parse_compression
 from workbench.planner.device_costs import DeviceCosts
 from workbench.planner.step_programs import (
@@ -29,6 +28,13 @@ from workbench.planner.step_programs import (
     pipeline_step,
 )
 from workbench.strategies import STRATEGIES
+from workbench.strategies.options import (
+    DataParallelOptions,
+    HybridOptions,
+    ModelParallelOptions,
+    ParameterServerOptions,
+    PipelineOptions,
+)
 
 ALLREDUCE_CHOICES = ("ring", "hierarchical-copy", "reduce-to-one")
 # Gradient compression on the ring: 16-bit, sparse and low-rank (--compression values).
@@ -69,8 +75,16 @@ def predicted_strategies() -> tuple[str, ...]:
     return tuple(name for name in STRATEGIES.names() if planning_of(name) is not None)
 
 
+def _step(builder: Callable[..., StepPrograms], config: RunConfig, *context: Any) -> StepPrograms:
+    """``builder``'s step: every step builder takes the model, the optimizer, the global batch,
+    the dtype, the devices and the costs first (``context``: the model, optimizer, costs and
+    devices a :data:`Programs` receives), then its strategy's own options."""
+    model, optimizer, costs, devices, *options = context
+    return builder(model, optimizer, config.batch_size, config.dtype, devices, costs, *options)
+
+
 def _bucket_bytes(config: RunConfig) -> int:
-    return int(config.options.get("bucket_mb", DEFAULT_BUCKET_BYTES / 2**20) * 2**20)
+    return int(config.options_of(DataParallelOptions).bucket_mb * 2**20)
 
 
 # one-device ---------------------------------------------------------------------------------
@@ -105,17 +119,18 @@ def _mirrored(config, model, optimizer, costs, devices) -> StepPrograms:
         addresses = [costs.device_addresses.get(device, "127.0.0.1:0") for device in devices]
         ranks = strategy.groups(config, addresses)
         groups = [[devices[rank] for rank in group] for group in ranks]
-    return mirrored_step(
+    compression = parse_compression(config.options_of(DataParallelOptions).compression)
+    return _step(
+        mirrored_step,
+        config,
         model,
         optimizer,
-        config.batch_size,
-        config.dtype,
-        devices,
         costs,
+        devices,
         algorithm,
         groups,
         _bucket_bytes(config),
-        parse_compression(config.options.get("compression", "none")),
+        compression,
     )
 
 
@@ -139,13 +154,14 @@ MULTI_WORKER_MIRRORED = StrategyPlanning(_mirrored)
 
 
 def _central_storage(config, model, optimizer, costs, devices) -> StepPrograms:
-    if config.options.get("compression", "none") != "none":
+    compression = config.options_of(DataParallelOptions).compression
+    if compression != "none":
         raise PlanningError(
-            f"--compression {config.options['compression']}: predicted for mirrored and "
+            f"--compression {compression}: predicted for mirrored and "
             "multi-worker-mirrored all-reduces, not yet for central storage's pushes"
         )
-    return central_storage_step(
-        model, optimizer, config.batch_size, config.dtype, devices, costs, _bucket_bytes(config)
+    return _step(
+        central_storage_step, config, model, optimizer, costs, devices, _bucket_bytes(config)
     )
 
 
@@ -170,8 +186,8 @@ def _parameter_server(config, model, optimizer, costs, devices) -> StepPrograms:
         workers,
         shards,
         costs,
-        config.ps_partition_min_bytes,
-        synchronous=config.mode == "sync",
+        config.options_of(ParameterServerOptions).ps_partition_min_bytes,
+        synchronous=config.options_of(ParameterServerOptions).mode == "sync",
     )
 
 
@@ -190,27 +206,18 @@ PARAMETER_SERVER = StrategyPlanning(_parameter_server, _parameter_server_candida
 # model parallelism and pipelines ------------------------------------------------------------
 
 
-def _model_parallel(config, model, optimizer, costs, devices) -> StepPrograms:
-    return model_parallel_step(
-        model, optimizer, config.batch_size, config.dtype, devices, costs, config.placement
-    )
+def _model_parallel(config, *context) -> StepPrograms:
+    placement = config.options_of(ModelParallelOptions).placement
+    return _step(model_parallel_step, config, *context, placement)
 
 
 # With more devices than layers these are refused, and listed with the reason.
 MODEL_PARALLEL = StrategyPlanning(_model_parallel, _replicated)
 
 
-def _pipeline(config, model, optimizer, costs, devices) -> StepPrograms:
-    return pipeline_step(
-        model,
-        optimizer,
-        config.batch_size,
-        config.dtype,
-        devices,
-        costs,
-        config.microbatches,
-        config.schedule,
-    )
+def _pipeline(config, *context) -> StepPrograms:
+    options = config.options_of(PipelineOptions)
+    return _step(pipeline_step, config, *context, options.microbatches, options.schedule)
 
 
 def _pipeline_candidates(name: str, common: dict, devices: int) -> Iterator[RunConfig]:
@@ -238,18 +245,17 @@ def _pipelined(
 PIPELINE = StrategyPlanning(_pipeline, _pipeline_candidates)
 
 
-def _hybrid(config, model, optimizer, costs, devices) -> StepPrograms:
-    return hybrid_step(
-        model,
-        optimizer,
-        config.batch_size,
-        config.dtype,
-        devices,
-        costs,
-        config.stages,
-        config.microbatches,
-        config.schedule,
-        parse_compression(config.options.get("compression", "none")),
+def _hybrid(config, *context) -> StepPrograms:
+    options = config.options_of(HybridOptions)
+    compression = parse_compression(options.compression)
+    return _step(
+        hybrid_step,
+        config,
+        *context,
+        options.stages,
+        options.microbatches,
+        options.schedule,
+        compression,
     )
 
 

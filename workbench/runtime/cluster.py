@@ -46,7 +46,7 @@ from workbench.runtime.worker_service import DeviceService
 # Data sets a local cluster gets from the client rather than loading them again on this host,
 # where the client holds them already: small ones whose loading costs far more than sending
 # them (digits is scikit-learn's, and importing scikit-learn in a worker would come before the
-# run's first step; docs/architecture.md, "What Dask costs").
+# run's first step; docs/architecture/dask-costs.md, "What Dask costs").
 SHIPPED_TO_LOCAL_CLUSTERS = ("digits",)
 
 
@@ -61,7 +61,8 @@ class ClusterSession:
     dashboard_link: str | None
     owned: list = field(default_factory=list)  # what this session started and must close
     # Why NCCL cannot reduce between these devices (None: it can, or they are CPUs); an
-    # ``--allreduce auto`` run then takes the ring (docs/architecture.md, "Devices: CPU and GPU").
+    # ``--allreduce auto`` run then takes the ring (docs/architecture/devices.md, "Devices: CPU
+    # and GPU").
     nccl_obstacle: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     earlier_run_ids: list[str] = field(default_factory=list)  # before recoveries

@@ -1,6 +1,6 @@
 """A small process that outlives a client killed with ``kill -9``, and then removes what the
 client's local cluster left on this host: the run directories on /dev/shm and the Dask
-scratch directory (docs/security.md, "After a crash").
+scratch directory (docs/security.md, "After a crash: ``dtrain gc``").
 
 Multiprocessing's resource tracker does this for named segments; the workbench's objects
 are directories, which it cannot remove. The janitor waits on a pipe from the client, without

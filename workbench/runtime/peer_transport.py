@@ -105,6 +105,10 @@ class PeerTransport:
     def _key(self, source: int, target: int, key: str) -> str:
         return f"{self.run_id}/{source}->{target}/{key}"
 
+    def count_traffic(self, sent: int, received: int) -> None:
+        self.bytes_sent += sent
+        self.bytes_received += received
+
     def send(self, peer: int, key: str, array: Any) -> None:
         full_key = self._key(self.rank, peer, key)
         try:

@@ -21,14 +21,28 @@ class StallError(TimeoutError):
 
 
 class Transport(Protocol):
-    rank: int
-    size: int
-    bytes_sent: int
-    bytes_received: int
+    # Read-only here: a collective reads a transport's position and traffic; only the
+    # transport itself counts its bytes (a subgroup's view forwards its parent's counts).
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def bytes_sent(self) -> int: ...
+
+    @property
+    def bytes_received(self) -> int: ...
 
     def send(self, peer: int, key: str, array: Any) -> None: ...
 
     def recv(self, peer: int, key: str) -> Any: ...
+
+    def count_traffic(self, sent: int, received: int) -> None:
+        """Count bytes a collective moved past :meth:`send` and :meth:`recv` (NCCL's own
+        kernels)."""
+        ...
 
 
 def apply_received(out: Any, value: Any, add_to: Any = None) -> None:
@@ -92,6 +106,10 @@ class ThreadTransport:
     def _box(self, source: int, target: int, key: str) -> queue.Queue:
         with self._lock:
             return self._boxes[(source, target, key)]
+
+    def count_traffic(self, sent: int, received: int) -> None:
+        self.bytes_sent += sent
+        self.bytes_received += received
 
     def send(self, peer: int, key: str, array: Any) -> None:
         # A copy, as a real wire would make: the sender may overwrite its buffer afterwards.

@@ -3,9 +3,9 @@
 Set before each worker process is spawned (glibc reads its malloc variables at process start,
 BLAS its thread counts at import). One BLAS/OpenMP thread per worker: a worker is one device
 running one kernel stream. glibc's malloc thresholds fixed (mmap 32 MiB, trim 256 MiB; as
-``dtrain bench`` fixes them, see workbench/bench/timing.py): distributed's default
+``dtrain bench`` fixes them, see benchmarks/timing.py): distributed's default
 ``MALLOC_TRIM_THRESHOLD_=65536`` hands freed step temporaries back to the OS, so steps
-page-fault their buffers in again (docs/architecture.md, "What Dask costs", has the
+page-fault their buffers in again (docs/architecture/dask-costs.md, "What Dask costs", has the
 measurement).
 
 dask-cuda's ``LocalCUDACluster`` replaces any ``env=`` it is given with each worker's

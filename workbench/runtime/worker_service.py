@@ -10,7 +10,8 @@ steps.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -23,6 +24,36 @@ SERVICE_NAME = "dtrain-device-service"
 SEND_HANDLER = "dtrain_send"
 PROBE_HANDLER = "dtrain_probe_shared"  # whether this worker sees a peer's shared memory
 CALL_HANDLER = "dtrain_call"
+
+# A method a run's resident object answers over RPC: keyword arguments in, a reply out.
+RpcHandler = Callable[..., Awaitable[Any]]
+
+
+@runtime_checkable
+class RpcTarget(Protocol):
+    """A run's resident object that answers calls (a parameter shard): the methods it
+    answers, by name. Only these can be called; nothing else of the object is reachable."""
+
+    def rpc_handlers(self) -> Mapping[str, RpcHandler]: ...
+
+
+class UnknownRpcMethod(LookupError):
+    """A call named a method its target does not answer."""
+
+
+def dispatch_call(target: object, method: str, arguments: Mapping[str, Any]) -> Awaitable[Any]:
+    """``method`` of ``target``'s handler table, called with ``arguments``. A target that
+    answers no calls, or a method not in its table, is refused by name."""
+    if not isinstance(target, RpcTarget):
+        raise UnknownRpcMethod(f"{type(target).__name__} answers no calls (asked for {method!r})")
+    handlers = target.rpc_handlers()
+    handler = handlers.get(method)
+    if handler is None:
+        raise UnknownRpcMethod(
+            f"{type(target).__name__} has no method {method!r}; "
+            f"it answers {', '.join(sorted(handlers))}"
+        )
+    return handler(**arguments)
 
 
 class DeviceService(WorkerPlugin):
@@ -69,7 +100,7 @@ class DeviceService(WorkerPlugin):
         target = self.runs.get(run_id)
         if target is None:
             raise RuntimeError(f"run {run_id} has no state on {self.worker.address}")
-        return await getattr(target, f"handle_{method}")(**arguments)
+        return await dispatch_call(target, method, arguments)
 
 
 def device_service():

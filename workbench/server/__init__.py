@@ -1,7 +1,7 @@
 """The Jupyter Server extension behind the workbench's JupyterLab sidebar.
 
 Runs are not this process's: kernels train them and write them to the run store (config,
-events, status, summary; docs/architecture.md, "Events"). This extension reads the store and
+events, status, summary; docs/architecture/events.md, "Events"). This extension reads the store and
 serves it under ``<base_url>/workbench/``:
 
 - ``api/runs``, ``api/runs/<id>``, ``api/clusters``: the run list (newest first), one run with

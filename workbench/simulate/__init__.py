@@ -12,10 +12,11 @@ clocks, no I/O: the same inputs give the same timeline, so tests are literal.
   processor-shared, as an operating system time-slices runnable processes;
   ``shared_engine`` runs programs so.
 - ``collectives``: programs of our all-reduce algorithms (ring, hierarchical, and one by
-  its ``--allreduce`` name); ``reduce_broadcast``: reduce-to-one, its halves, and ``concat``
-  to chain programs; ``push_pull``: central storage and parameter servers;
-  ``lockstep_ring``: a ring simulated for all ranks at once, so thousands of devices take
-  seconds.
+  its ``--allreduce`` name, each ``*_programs`` so as not to be taken for the collectives of
+  ``workbench.parallel.collectives`` they mirror); ``reduce_broadcast``: the halves of
+  reduce-to-one, and ``concat_programs`` to chain programs; ``push_pull``: central storage
+  and parameter servers; ``lockstep_ring``: a ring simulated for all ranks at once, so
+  thousands of devices take seconds.
 - ``pipeline_programs``: a pipeline step from a GPipe or 1F1B schedule, its bubble and peak
   micro-batches in flight.
 - ``clusters`` and ``cluster_text``: described clusters (presets, ``--what-if-cluster``).
@@ -31,16 +32,30 @@ from workbench.simulate.clusters import (
 )
 from workbench.simulate.collectives import (
     ALLREDUCE_ALGORITHMS,
-    allreduce,
-    hierarchical_allreduce,
-    ring_allreduce,
+    RingOptions,
+    allreduce_programs,
+    hierarchical_allreduce_programs,
+    ring_allreduce_programs,
 )
 from workbench.simulate.engine import DeadlockError, simulate
 from workbench.simulate.links import Link, LinkModel, uniform
 from workbench.simulate.pipeline_programs import peak_in_flight, pipeline_bubble, pipeline_programs
-from workbench.simulate.programs import Action, Compute, Recv, RingAllReduce, Send, Signal, Wait
+from workbench.simulate.programs import (
+    Action,
+    Compute,
+    Labels,
+    Recv,
+    RingAllReduce,
+    Send,
+    Signal,
+    Wait,
+)
 from workbench.simulate.push_pull import push_pull
-from workbench.simulate.reduce_broadcast import broadcast, concat, reduce, reduce_to_one
+from workbench.simulate.reduce_broadcast import (
+    broadcast_programs,
+    concat_programs,
+    reduce_programs,
+)
 from workbench.simulate.timeline import Interval, Timeline
 
 __all__ = [
@@ -53,18 +68,20 @@ __all__ = [
     "DeadlockError",
     "DeviceDescription",
     "Interval",
+    "Labels",
     "Link",
     "LinkModel",
     "Recv",
     "RingAllReduce",
+    "RingOptions",
     "Send",
     "Signal",
     "Timeline",
     "Wait",
-    "allreduce",
-    "broadcast",
-    "concat",
-    "hierarchical_allreduce",
+    "allreduce_programs",
+    "broadcast_programs",
+    "concat_programs",
+    "hierarchical_allreduce_programs",
     "hosts_of",
     "parse_cluster",
     "parse_link",
@@ -72,9 +89,8 @@ __all__ = [
     "pipeline_bubble",
     "pipeline_programs",
     "push_pull",
-    "reduce",
-    "reduce_to_one",
-    "ring_allreduce",
+    "reduce_programs",
+    "ring_allreduce_programs",
     "simulate",
     "uniform",
 ]

@@ -37,7 +37,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
-from workbench.simulate.collectives import explicit_ring
+from workbench.simulate.explicit_ring import explicit_ring
 from workbench.simulate.programs import Action, Compute, Recv, RingAllReduce, Send
 
 _Played = Compute | Send | Recv  # what an explicit ring is made of
@@ -175,7 +175,7 @@ def explicit_rings(
     programs: Mapping[str, Sequence[Action]], expand: Callable[[RingAllReduce], bool]
 ) -> dict[str, list[Action]]:
     """``programs`` with every ring ``expand`` picks replaced by its explicit program
-    (:func:`~workbench.simulate.collectives.explicit_ring`), each member's part in the phase
+    (:func:`~workbench.simulate.explicit_ring.explicit_ring`), each member's part in the phase
     and stream its own action names.
 
     A ring that is not well formed (a member missing, members describing different rings)

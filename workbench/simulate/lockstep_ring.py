@@ -1,8 +1,8 @@
 """A ring all-reduce simulated for every rank at once, with NumPy.
 
-The explicit program of a ring (:func:`workbench.simulate.collectives.ring_allreduce` with
-``vectorised=False``) has 2 or 3 actions per rank and step, 2(N-1) steps: 4096 ranks would be
-some 80 million events, minutes of Python and tens of gigabytes of intervals. But every rank
+The explicit program of a ring (:func:`workbench.simulate.explicit_ring.explicit_ring`) has 2 or
+3 actions per rank and step, 2(N-1) steps: 4096 ranks would be some 80 million events,
+minutes of Python and tens of gigabytes of intervals. But every rank
 runs the same steps in the same order, each step's receive waits only on the left neighbour's
 send of the same step and slice, and the link from rank r to rank r+1 carries only rank r's
 sends. So processing the events step by step, slice by slice, for all ranks together is a

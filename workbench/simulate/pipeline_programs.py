@@ -23,8 +23,11 @@ from workbench.simulate.timeline import Timeline
 
 
 class ScheduleAction(Protocol):
-    kind: str  # "F" or "B"
-    microbatch: int
+    @property
+    def kind(self) -> str: ...  # "F" or "B"
+
+    @property
+    def microbatch(self) -> int: ...
 
 
 def pipeline_programs(

@@ -13,8 +13,9 @@ name what the timeline shows.
   communication stream starts a bucket's all-reduce once backward has produced the bucket.
 - :class:`RingAllReduce`: a whole ring all-reduce as one action on every member, simulated for
   all ranks at once (:mod:`workbench.simulate.lockstep_ring`), so a ring over thousands of
-  devices costs seconds, not hours. :func:`workbench.simulate.collectives.ring_allreduce`
-  builds it, or the equivalent explicit Send/Recv/Compute lists.
+  devices costs seconds, not hours.
+  :func:`workbench.simulate.collectives.ring_allreduce_programs` builds it, or the equivalent
+  explicit Send/Recv/Compute lists.
 """
 
 from __future__ import annotations
@@ -86,7 +87,15 @@ class Recv:
 
 
 @dataclass(frozen=True)
-class Signal:
+class _Mark:
+    """A named point between the streams of one device (see :class:`Signal`)."""
+
+    name: str
+    stream: str = MAIN
+
+
+@dataclass(frozen=True)
+class Signal(_Mark):
     """Mark ``name`` done on this device, at once; :class:`Wait` s for it on other streams
     may go on.
 
@@ -96,12 +105,9 @@ class Signal:
     'bucket0'
     """
 
-    name: str
-    stream: str = MAIN
-
 
 @dataclass(frozen=True)
-class Wait:
+class Wait(_Mark):
     """Block this stream until this device has signalled ``name``.
 
     Examples
@@ -109,9 +115,6 @@ class Wait:
     >>> Wait("bucket0", stream="communication").stream
     'communication'
     """
-
-    name: str
-    stream: str = MAIN
 
 
 @dataclass(frozen=True)
@@ -153,14 +156,33 @@ class RingAllReduce:
 
 
 Action = Compute | Send | Recv | Signal | Wait | RingAllReduce
+Programs = dict[str, list[Action]]  # each device's program, by device
 
 
-def describe(action: Action) -> str:
+@dataclass(frozen=True)
+class Labels:
+    """Where a collective's actions show and run: their ``phase`` on the timeline and the
+    ``stream`` of each device they take turns on.
+
+    Examples
+    --------
+    >>> Labels(stream="communication")
+    Labels(phase='allreduce', stream='communication')
+    """
+
+    phase: str = "allreduce"
+    stream: str = MAIN
+
+
+ALLREDUCE = Labels()
+
+
+def describe_action(action: Action) -> str:
     """A short human description of an action, as error messages name it.
 
     Examples
     --------
-    >>> describe(Recv("gpu0", "a3"))
+    >>> describe_action(Recv("gpu0", "a3"))
     "Recv 'a3' from gpu0"
     """
     if isinstance(action, Compute):

@@ -1,6 +1,6 @@
 """The run store: runs on disk (config, events, status, summary) and their exports; the
 run-id rule every front end applies; listings that flag damaged and lost runs instead of
-failing (docs/security.md, "Run store")."""
+failing (docs/security/store.md, "Run store")."""
 
 from workbench.store.entries import DAMAGED, RunEntry
 from workbench.store.errors import StoreError

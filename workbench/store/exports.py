@@ -2,7 +2,7 @@
 process per device, as Horovod's timeline and the PyTorch profiler write it; open it in
 chrome://tracing or Perfetto) and CSV for the per-step scalars.
 
-Fault phases (docs/architecture.md, "Events") carry the category ``fault`` besides their
+Fault phases (docs/architecture/events.md, "Events") carry the category ``fault`` besides their
 phase, so a trace viewer can pick them out: a failure, which has no length, is an instant
 event on its device's thread; a recovery and a dropped push are complete events like any
 phase. The ``restarts`` and ``dropped_updates`` scalars are counters like every scalar."""

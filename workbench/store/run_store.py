@@ -3,7 +3,7 @@
 One directory per run under the store's root::
 
     <root>/<run id>/config.json    the run's flags (RunConfig.to_dict())
-    <root>/<run id>/events.jsonl   every event (docs/architecture.md, "Events"), one JSON
+    <root>/<run id>/events.jsonl   every event (docs/architecture/events.md, "Events"), one JSON
                                    object per line, each line appended by one write (a
                                    reader ignores a last line without its newline)
     <root>/<run id>/status.json    {"state": running | finished | stopped | failed | lost
@@ -20,7 +20,7 @@ One directory per run under the store's root::
                                    to stop; the process that trains it polls for it
 
 The fault counts in status.json (:class:`~workbench.events.faults.FaultTally`, from the fault
-events of docs/architecture.md, "Events"; 0 and [] for a run without faults, absent in runs
+events of docs/architecture/events.md, "Events"; 0 and [] for a run without faults, absent in runs
 recorded before they existed):
 
 - ``restarts``: restarts from a checkpoint so far (the ``restarts`` scalar);
@@ -45,7 +45,7 @@ is strict (non-finite numbers as null). Files that others read while a run write
 that fails (a full disk) ends the run ``failed`` with the reason in status.json, written if
 at all possible, and raises :class:`~workbench.store.errors.StoreError`. A run whose process
 has gone is listed ``lost``, and status.json says so from the next listing by its owner on.
-See docs/security.md, "Run store".
+See docs/security/store.md, "Run store".
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def default_store_root() -> Path:
 def event_from_dict(record: dict) -> PhaseEvent | ScalarEvent:
     fields = {key: value for key, value in record.items() if key != "kind"}
     if record["kind"] == "phase":
-        return PhaseEvent(**fields)
+        return PhaseEvent.from_dict(fields)
     if fields.get("value") is None:  # a NaN or infinite value, written as null
         fields["value"] = float("nan")
     return ScalarEvent(**fields)
@@ -227,7 +227,7 @@ def _read_object(path: Path, problems: list[str]) -> dict:
 
 def _status_text(status: dict) -> dict:
     """The status as written: with the fields whose value is not finite named, since strict
-    JSON writes them as null (docs/security.md, "Run store")."""
+    JSON writes them as null (docs/security/store.md, "Run store")."""
     return {
         **status,
         "non_finite": non_finite_fields({k: v for k, v in status.items() if k != "non_finite"}),

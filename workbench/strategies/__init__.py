@@ -6,7 +6,7 @@ What flows in: a validated :class:`~workbench.config.RunConfig` and a
 through the event log, what every device did. Every synchronous strategy must end with the
 parameters ``one-device`` ends with. The strategies drive the device-side code in
 ``workbench.parallel``; the flags, the form and the Python API are derived from the
-definitions (``docs/architecture.md``, "Adding a strategy").
+definitions (``docs/architecture/extending.md``, "Adding a strategy").
 
 The registry and validation import neither the definitions nor the device side; the
 definitions (and ``ClusterStrategy``, ``StrategyDefinition`` here) are imported on first use.

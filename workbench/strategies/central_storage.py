@@ -14,16 +14,27 @@ from __future__ import annotations
 from workbench.config import RunConfig
 from workbench.parallel.collectives.compression import compression_summary
 from workbench.strategies.data_parallel import DataParallel
-from workbench.strategies.options import BUCKET_MB, COMPRESSION, REPLICATION
+from workbench.strategies.options import (
+    BUCKET_MB,
+    COMPRESSION,
+    REPLICATION,
+    CentralStorageOptions,
+    ReplicationName,
+)
 
 
 class CentralStorage(DataParallel):
     name = "central-storage"
     description = "variables on one device, compute replicated, one central update"
     options = (BUCKET_MB, COMPRESSION, REPLICATION)
+    options_type = CentralStorageOptions
     planning = "workbench.planner.strategy_planning:CENTRAL_STORAGE"
     central_storage = True
 
+    def replication(self, config: RunConfig) -> ReplicationName:
+        return config.options_of(CentralStorageOptions).replication
+
     def summary_fields(self, config: RunConfig, log, devices: list[str]) -> dict:
         # The gradients travel in the push to the storage device; the pull carries variables.
-        return {"compression": compression_summary(config.compression, log, devices, "ps-push")}
+        compression = self.compression(config)
+        return {"compression": compression_summary(compression, log, devices, "ps-push")}

@@ -12,13 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from workbench.calibration.run_start import RunCalibration, add_to_calibration, calibrate_run
 from workbench.config import RunConfig
 from workbench.costs import Calibration
 from workbench.events import EventLog
 from workbench.parallel.device_run import DevicePlan, run_on_devices
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.definition import StrategyDefinition
-from workbench.training.calibration import RunCalibration, add_to_calibration, calibrate_run
 from workbench.training.job import Progress, RestorePoint, TrainingJob, TrainOutcome
 
 Known = RunCalibration | None  # the run's calibration so far (None: none yet)

@@ -2,9 +2,10 @@
 
 Every replica computes gradients on its slice of the same global batch, the replicas all-reduce
 them (the algorithm is the subclass's choice), and each applies the identical averaged update,
-so the variables stay mirrored and equal the one-device result (docs/architecture.md, "Same
-data, same result"). A step is as slow as the slowest replica: the price of synchronous
-updates. The device side is :mod:`workbench.parallel.data_parallel.replica`.
+so the variables stay mirrored and equal the one-device result
+(docs/architecture/determinism.md, "Same data, same result"). A step is as slow as the slowest
+replica: the price of synchronous updates. The device side is
+:mod:`workbench.parallel.data_parallel.replica`.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import math
 
 import numpy as np
 
+from workbench.calibration.collectives_probe import CENTRAL_KINDS, measure_collective
+from workbench.calibration.probe import LATENCY_SIZES, TRANSFER_SIZES
+from workbench.calibration.run_start import RunCalibration
 from workbench.config import ConfigError, RunConfig
 from workbench.costs import collective_key
 from workbench.parallel.collectives import even_groups
-from workbench.parallel.collectives.probe import CENTRAL_KINDS, measure_collective
 from workbench.parallel.data_parallel.in_graph import build_in_graph_replication
 from workbench.parallel.data_parallel.replica import ReplicaSpec, setup_replica
 from workbench.parallel.device_run import DevicePlan
@@ -24,11 +27,10 @@ from workbench.parallel.model_parallel.device import DeviceSpec, setup_device
 from workbench.parallel.model_parallel.graph import ModelParallelPlan
 from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
-from workbench.runtime.calibration_probe import LATENCY_SIZES, TRANSFER_SIZES
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import ClusterStrategy, Known, PlanContext
 from workbench.strategies.definition import replicas_divide_the_batch
-from workbench.training.calibration import RunCalibration
+from workbench.strategies.options import DataParallelOptions, ReplicationName
 from workbench.training.job import Progress, RestorePoint, TrainingJob
 
 
@@ -69,7 +71,7 @@ class DataParallel(ClusterStrategy):
             sum(math.prod(shape) for shape in job.model.parameter_shapes().values())
             * np.dtype(config.dtype).itemsize
         )
-        largest = min(int(config.bucket_mb * 2**20), gradient_bytes)
+        largest = min(self.bucket_bytes(config), gradient_bytes)
         keys = {collective_key(kind, names, named_groups): kind for kind in kinds}
 
         def measure(missing: list[str]) -> dict:
@@ -85,8 +87,17 @@ class DataParallel(ClusterStrategy):
         return self._measure_more(job, session, progress, list(keys), measure, so_far)
 
     def compression(self, config: RunConfig) -> str:
-        """The ``--compression`` value (validated, canonical) for the strategies that take it."""
-        return config.options.get("compression", "none")
+        """The ``--compression`` value (validated, canonical)."""
+        return config.options_of(DataParallelOptions).compression
+
+    def bucket_bytes(self, config: RunConfig) -> int:
+        """The gradient fusion buckets' size (``--bucket-mb``) in bytes."""
+        return int(config.options_of(DataParallelOptions).bucket_mb * 2**20)
+
+    def replication(self, config: RunConfig) -> ReplicationName:
+        """``--replication`` for the strategies that take it; the others build a replica
+        graph on each worker."""
+        return "between-graph"
 
     def groups(self, config: RunConfig, addresses: list[str]) -> tuple[tuple[int, ...], ...]:
         """Ranks grouped by host; on a single host, ``group_count`` even groups."""
@@ -113,7 +124,7 @@ class DataParallel(ClusterStrategy):
     ) -> bool:
         """Whether calibration times this run's collectives, on ``device_type`` devices, as
         its replicas run them (not NCCL's, not in-graph towers')."""
-        between_graph = config.options.get("replication", "between-graph") == "between-graph"
+        between_graph = self.replication(config) == "between-graph"
         return between_graph and self.algorithm(config, device_type, nccl_usable) != "nccl"
 
     def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
@@ -121,12 +132,13 @@ class DataParallel(ClusterStrategy):
 
     def check_config(self, config: RunConfig) -> None:
         replicas_divide_the_batch(config)
-        if config.options.get("replication") == "in-graph":
-            # The one graph's all-reduce nodes run the ring; the rest is between-graph's.
+        if self.replication(config) == "in-graph":
+            # The one graph's all-reduce nodes run the ring; the rest is between-graph's (an
+            # --allreduce other than auto or ring is refused: auto is the ring on CPUs).
             refused = {
-                "--allreduce": config.options.get("allreduce", "auto") not in ("auto", "ring"),
-                "--compression": config.options.get("compression", "none") != "none",
-                "--elastic": config.options.get("elastic", False),
+                "--allreduce": self.algorithm(config, "cpu") != "ring",
+                "--compression": self.compression(config) != "none",
+                "--elastic": self.elastic(config),
             }
             for flag, given in refused.items():
                 if given:
@@ -138,8 +150,9 @@ class DataParallel(ClusterStrategy):
                     )
 
     def elastic(self, config: RunConfig) -> bool:
-        # Replica r of N takes rows [r*B/N, (r+1)*B/N) of the same global batch, for any N.
-        return bool(config.options.get("elastic", False))
+        # Replica r of N takes rows [r*B/N, (r+1)*B/N) of the same global batch, for any N,
+        # so the family may go on with fewer; the strategies taking --elastic say whether to.
+        return False
 
     def plan(self, config: RunConfig, job: TrainingJob, at: PlanContext) -> DevicePlan:
         session, restore = at.session, at.restore
@@ -157,7 +170,7 @@ class DataParallel(ClusterStrategy):
                 f"nccl cannot reduce between this run's GPUs: {session.nccl_obstacle}; "
                 "choose ring, hierarchical-copy or reduce-to-one (auto takes ring here)",
             )
-        if config.options.get("replication") == "in-graph":
+        if self.replication(config) == "in-graph":
             return self.in_graph_plan(config, job, session, restore)
         specs = [
             ReplicaSpec(
@@ -166,7 +179,7 @@ class DataParallel(ClusterStrategy):
                 algorithm=algorithm,
                 groups=self.groups(config, session.addresses),
                 central_storage=self.central_storage,
-                bucket_bytes=int(config.bucket_mb * 2**20),
+                bucket_bytes=self.bucket_bytes(config),
                 compression=self.compression(config),
             )
             for rank in range(replicas)
@@ -175,7 +188,7 @@ class DataParallel(ClusterStrategy):
         return DevicePlan.uniform(session, setup_replica, specs, run_resident_steps, [0])
 
     def graph_plan(self, config: RunConfig, model, optimizer) -> ModelParallelPlan | None:
-        if config.options.get("replication") != "in-graph":
+        if self.replication(config) != "in-graph":
             return None  # between-graph: each worker builds its own replica graph
         names = self.planned_device_names(config)
         return self.in_graph_graph(config, model, optimizer, names)
@@ -189,7 +202,7 @@ class DataParallel(ClusterStrategy):
             config.dtype,
             list(devices),
             central_storage=self.central_storage,
-            bucket_bytes=int(config.bucket_mb * 2**20),
+            bucket_bytes=self.bucket_bytes(config),
         )
 
     def in_graph_plan(

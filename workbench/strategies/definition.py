@@ -5,21 +5,23 @@ A strategy is one module with one :class:`StrategyDefinition` subclass and one l
 flags and their defaults (``dtrain run --help``, ``%dtrain?``), the validation of a
 :class:`~workbench.config.RunConfig`, the notebook form's widgets, the ``tf.distribute``-style
 classes (``workbench.MirroredStrategy``) and the strategy's fields in the ``--json`` summary.
-``docs/architecture.md`` walks through adding one.
+``docs/architecture/extending.md``, "Adding a strategy", walks through adding one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from workbench.config import ConfigError, Option, RunConfig
+from workbench.calibration.probe import TRANSFER_SIZES
+from workbench.config import ConfigError, Option, RunConfig, StrategyOptions
 from workbench.events import EventLog
 from workbench.models import Sequential
 from workbench.parallel.pipeline.stages import StageError, split_layers
 from workbench.runtime import device_name
-from workbench.runtime.calibration_probe import TRANSFER_SIZES
+from workbench.strategies.options import NoOptions
 from workbench.training.job import Progress, TrainingJob, TrainOutcome
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
@@ -32,12 +34,15 @@ class StrategyDefinition(ABC):
 
     Subclasses declare ``name`` (what ``--strategy`` takes), ``description`` (one line for the
     help) and ``options`` (the strategy's :class:`~workbench.config.Option` rows, shared rows
-    from ``options.py`` or their own), and implement ``check_config`` and ``train``.
+    from ``options.py`` or their own), and implement ``check_config`` and ``train``. A
+    strategy with options declares ``options_type`` too: the frozen dataclass with a field
+    per row that its code reads them from (``config.options_of(...)``).
     """
 
     name: ClassVar[str]
     description: ClassVar[str]
     options: ClassVar[tuple[Option, ...]]
+    options_type: ClassVar[type[StrategyOptions]] = NoOptions
     # How the planner predicts it (``"module:NAME"`` of a
     # ``workbench.planner.strategy_planning.StrategyPlanning``, imported by the planner), or
     # None to say it is not predicted (``dtrain plan`` then says so). Every strategy declares
@@ -55,6 +60,7 @@ class StrategyDefinition(ABC):
             raise TypeError(f"strategy name {cls.name!r} is not lower-case-with-dashes")
         if not all(isinstance(option, Option) for option in cls.options):
             raise TypeError(f"strategy {cls.name}: options must be Option rows")
+        _check_options_type(cls.name, cls.options, cls.options_type)
 
     @property
     def api_name(self) -> str:
@@ -79,7 +85,7 @@ class StrategyDefinition(ABC):
         """The device names a plan shows before any worker has said what it has."""
         return self.device_names(config, "gpu" if config.device_type == "gpu" else "cpu")
 
-    # How the devices' tensors travel (``workbench.runtime.calibration_probe.WIRES``): what
+    # How the devices' tensors travel (``workbench.calibration.probe.WIRES``): what
     # calibration at run start times, so a run pays only for the links it uses.
     wires: ClassVar[tuple[str, ...]] = ("peer",)
 
@@ -112,6 +118,22 @@ class StrategyDefinition(ABC):
     ) -> dict[str, Any]:
         """What this strategy adds to the ``--json`` summary (bubbles, staleness, ...)."""
         return {}
+
+
+def _check_options_type(name: str, rows: tuple[Option, ...], typed: type[StrategyOptions]) -> None:
+    """Refuse an ``options_type`` that is not a :class:`StrategyOptions` dataclass (frozen,
+    as dataclasses deriving from a frozen one must be) with exactly one field per option
+    row."""
+    if not (isinstance(typed, type) and issubclass(typed, StrategyOptions)):
+        raise TypeError(f"strategy {name}: options_type must be a StrategyOptions dataclass")
+    fields = sorted(f.name for f in dataclasses.fields(typed))
+    declared = sorted(option.name for option in rows)
+    if fields != declared:
+        raise TypeError(
+            f"strategy {name}: options_type {typed.__name__} has the fields "
+            f"{', '.join(fields) or 'none'}, its options are {', '.join(declared) or 'none'}; "
+            "declare a frozen StrategyOptions dataclass with one field per option"
+        )
 
 
 def layers_fill(model: Sequential, parts: int, flag: str) -> None:

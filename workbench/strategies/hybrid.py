@@ -7,47 +7,91 @@ pipeline's (:mod:`workbench.parallel.pipeline.stage_worker`)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
+
+from workbench.calibration.run_start import RunCalibration
+from workbench.calibration.stage_groups_probe import measure_stage_allreduces, stage_groups
 from workbench.config import ConfigError, RunConfig
+from workbench.costs import collective_key
 from workbench.events import EventLog
+from workbench.parallel.collectives import DEFAULT_BUCKET_BYTES
 from workbench.parallel.collectives.compression import compression_summary, parse_compression
-from workbench.strategies.options import COMPRESSION
+from workbench.runtime.cluster import ClusterSession
+from workbench.strategies.cluster_strategy import Known, Progress
+from workbench.strategies.options import COMPRESSION, HybridOptions
 from workbench.strategies.pipeline import Pipeline
+from workbench.training.job import TrainingJob
 
 
 class Hybrid(Pipeline):
     name = "hybrid"
     description = "data parallel x pipeline on a 2-D device mesh"
     options = (*Pipeline.options, COMPRESSION)
+    options_type = HybridOptions
     planning = "workbench.planner.strategy_planning:HYBRID"
     wires = ("peer", "ring")  # stage activations; the stage all-reduces' ring
+
+    def _calibrated(
+        self, job: TrainingJob, session: ClusterSession, progress: Progress, so_far: Known
+    ) -> RunCalibration:
+        """Besides nodes and links, the stage all-reduces as the mesh runs them: every stage
+        group at once, on more devices than a CPU host may have cores (then cached), for the
+        planner's prediction."""
+        so_far = super()._calibrated(job, session, progress, so_far)
+        config = job.config
+        stages = config.options_of(HybridOptions).stages
+        names = session.device_names
+        keys = [
+            collective_key("ring", [names[rank] for rank in group])
+            for group in stage_groups(len(names), stages)
+        ]
+        itemsize = np.dtype(config.dtype).itemsize
+        gradient_bytes = sum(math.prod(s) for s in job.model.parameter_shapes().values()) * itemsize
+
+        def measure(missing: list[str]) -> dict:
+            fits = measure_stage_allreduces(
+                session,
+                stages,
+                min(DEFAULT_BUCKET_BYTES, gradient_bytes),
+                stall_timeout=config.stall_timeout,
+            )
+            return {"collectives": fits}
+
+        return self._measure_more(job, session, progress, keys, measure, so_far)
 
     def summary_fields(
         self, config: RunConfig, log: EventLog, devices: list[str]
     ) -> dict[str, Any]:
         fields = super().summary_fields(config, log, devices)
-        if config.compression != "none":
-            fields["compression"] = compression_summary(config.compression, log, devices)
+        compression = config.options_of(HybridOptions).compression
+        if compression != "none":
+            fields["compression"] = compression_summary(compression, log, devices)
         return fields
 
+    def compression(self, config: RunConfig) -> str:
+        return config.options_of(HybridOptions).compression
+
     def check_config(self, config: RunConfig) -> None:
-        if parse_compression(config.compression).half_precision:
+        options = config.options_of(HybridOptions)
+        if parse_compression(options.compression).half_precision:
             raise ConfigError(
                 "--compression",
-                f"{config.compression} skips a step when its loss scaler sees an overflow, "
+                f"{options.compression} skips a step when its loss scaler sees an overflow, "
                 "and hybrid's stages would decide apart; use none, topk:RATIO or powersgd:RANK",
             )
-        if config.devices % config.stages or config.devices == config.stages:
+        if config.devices % options.stages or config.devices == options.stages:
             raise ConfigError(
                 "--devices",
                 f"hybrid needs a 2-D mesh: --devices {config.devices} must be a multiple "
-                f"(>= 2x) of --stages {config.stages}",
+                f"(>= 2x) of --stages {options.stages}",
             )
-        replicas = config.devices // config.stages
-        if config.batch_size % (replicas * config.microbatches):
+        replicas = config.devices // options.stages
+        if config.batch_size % (replicas * options.microbatches):
             raise ConfigError(
                 "--batch-size",
                 f"the global batch {config.batch_size} must divide evenly into "
-                f"{replicas} replicas x {config.microbatches} micro-batches",
+                f"{replicas} replicas x {options.microbatches} micro-batches",
             )

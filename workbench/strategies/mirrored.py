@@ -19,6 +19,8 @@ from workbench.strategies.options import (
     COMPRESSION,
     ELASTIC,
     REPLICATION,
+    MirroredOptions,
+    ReplicationName,
 )
 
 
@@ -26,21 +28,30 @@ class Mirrored(DataParallel):
     name = "mirrored"
     description = "sync data parallel on one host: variables mirrored, gradients all-reduced"
     options = (ALLREDUCE, BUCKET_MB, COMPRESSION, ELASTIC, REPLICATION)
+    options_type = MirroredOptions
     planning = "workbench.planner.strategy_planning:MIRRORED"
 
     def algorithm(self, config: RunConfig, device_type: str, nccl_usable: bool = True) -> str:
-        if config.allreduce != "auto":
-            return config.allreduce
+        options = config.options_of(MirroredOptions)
+        if options.allreduce != "auto":
+            return options.allreduce
         # NCCL reduces dense buffers in the type it moves, so compression keeps the ring; so
         # do GPUs where NCCL did not load or that several devices share.
-        gpu = device_type == "gpu" and nccl_usable and config.compression == "none"
+        gpu = device_type == "gpu" and nccl_usable and options.compression == "none"
         return "nccl" if gpu else "ring"
+
+    def replication(self, config: RunConfig) -> ReplicationName:
+        return config.options_of(MirroredOptions).replication
+
+    def elastic(self, config: RunConfig) -> bool:
+        return config.options_of(MirroredOptions).elastic
 
     def check_config(self, config: RunConfig) -> None:
         super().check_config(config)
-        if config.allreduce == "nccl" and config.compression != "none":
-            raise ConfigError("--compression", nccl_refusal(config.compression))
-        if config.allreduce == "nccl" and config.share_gpu:
+        options = config.options_of(MirroredOptions)
+        if options.allreduce == "nccl" and options.compression != "none":
+            raise ConfigError("--compression", nccl_refusal(options.compression))
+        if options.allreduce == "nccl" and config.share_gpu:
             raise ConfigError(
                 "--allreduce",
                 "nccl refuses two ranks on one GPU, which --share-gpu allows; choose ring, "
@@ -51,7 +62,7 @@ class Mirrored(DataParallel):
         used_nccl = any(event.path == NcclAllReduce.path for event in log.phases())
         return {
             "allreduce": self.algorithm(config, "gpu" if used_nccl else "cpu"),
-            "compression": compression_summary(config.compression, log, devices),
+            "compression": compression_summary(self.compression(config), log, devices),
         }
 
 

@@ -10,6 +10,7 @@ run on each device by :mod:`workbench.parallel.model_parallel.device`.
 
 from __future__ import annotations
 
+from workbench.calibration.run_start import cached_local_calibration
 from workbench.config import ConfigError, RunConfig
 from workbench.costs import CalibratedCostModel, CostModel, StaticCostModel
 from workbench.models import Sequential
@@ -22,8 +23,7 @@ from workbench.passes import PlacementError
 from workbench.passes.place import resolve_device
 from workbench.strategies.cluster_strategy import ClusterStrategy, PlanContext
 from workbench.strategies.definition import layers_fill
-from workbench.strategies.options import PLACEMENT
-from workbench.training.calibration import cached_local_calibration
+from workbench.strategies.options import PLACEMENT, ModelParallelOptions, PlacementName
 from workbench.training.job import TrainingJob
 
 
@@ -31,14 +31,19 @@ class ModelParallel(ClusterStrategy):
     name = "model-parallel"
     description = "the graph placed over devices and partitioned, Send/Recv on cut edges"
     options = (PLACEMENT,)
+    options_type = ModelParallelOptions
     planning = "workbench.planner.strategy_planning:MODEL_PARALLEL"
 
     def check_config(self, config: RunConfig) -> None:
         """Any device count: whether the model has enough layers is ``check_model``'s."""
 
+    def placement(self, config: RunConfig) -> PlacementName:
+        """Who places the graph (``--placement``)."""
+        return config.options_of(ModelParallelOptions).placement
+
     def check_model(self, config: RunConfig, model: Sequential) -> None:
         constrained = [layer for layer in model.layers if layer.device]
-        if config.placement == "manual" and not constrained:
+        if self.placement(config) == "manual" and not constrained:
             raise ConfigError(
                 "--placement",
                 "manual places the layers where the model's device constraints put them, and "
@@ -51,11 +56,11 @@ class ModelParallel(ClusterStrategy):
                 resolve_device(layer.device, self.device_names(config, kind))
             except PlacementError as error:
                 raise ConfigError("device constraint", f"layer {layer.name}: {error}") from None
-        if config.placement == "balanced-params" and not constrained:
+        if self.placement(config) == "balanced-params" and not constrained:
             layers_fill(model, config.devices, "--devices")
 
     def summary_fields(self, config: RunConfig, log, devices: list[str]) -> dict:
-        return {"placement": config.placement}
+        return {"placement": self.placement(config)}
 
     def graph_plan(self, config: RunConfig, model: Sequential, optimizer) -> ModelParallelPlan:
         """The plan a run would use, with the costs of the local cluster it would start: the
@@ -81,7 +86,7 @@ class ModelParallel(ClusterStrategy):
             config.batch_size,
             config.dtype,
             devices,
-            config.placement,
+            self.placement(config),
             cost,
             source,
         )
@@ -103,13 +108,13 @@ class ModelParallel(ClusterStrategy):
             job.sampler.batch_size,
             config.dtype,
             session.device_names,
-            config.placement,
+            self.placement(config),
             cost,
         )
         assert graph.prediction is not None
         busy = ", ".join(f"{1e3 * s:.1f}" for s in graph.prediction.schedule.busy.values())
         progress(
-            f"[{self.name}] --placement {config.placement}: "
+            f"[{self.name}] --placement {self.placement(config)}: "
             f"{len(graph.partitioned.transfers)} Send/Recv pairs per step; predicted busy ms "
             f"per device {busy}, step {1e3 * graph.prediction.schedule.seconds:.1f} ms"
         )

@@ -12,28 +12,39 @@ from workbench.config import ConfigError, RunConfig
 from workbench.parallel.collectives.compression import compression_summary
 from workbench.strategies.data_parallel import DataParallel
 from workbench.strategies.definition import replicas_divide_the_batch
-from workbench.strategies.options import BUCKET_MB, COMPRESSION, ELASTIC, HOSTS
+from workbench.strategies.options import (
+    BUCKET_MB,
+    COMPRESSION,
+    ELASTIC,
+    HOSTS,
+    MultiWorkerMirroredOptions,
+)
 
 
 class MultiWorkerMirrored(DataParallel):
     name = "multi-worker-mirrored"
     description = "mirrored across hosts: reduce in each host, ring across hosts"
     options = (HOSTS, BUCKET_MB, COMPRESSION, ELASTIC)
+    options_type = MultiWorkerMirroredOptions
     planning = "workbench.planner.strategy_planning:MULTI_WORKER_MIRRORED"
 
     def check_config(self, config: RunConfig) -> None:
         replicas_divide_the_batch(config)
-        if config.hosts > config.devices:
+        hosts = config.options_of(MultiWorkerMirroredOptions).hosts
+        if hosts > config.devices:
             raise ConfigError(
                 "--hosts",
-                f"{config.hosts} hosts need at least as many devices, got {config.devices}",
+                f"{hosts} hosts need at least as many devices, got {config.devices}",
             )
 
     def algorithm(self, config: RunConfig, device_type: str, nccl_usable: bool = True) -> str:
         return "hierarchical-copy"
 
     def group_count(self, config: RunConfig) -> int:
-        return config.hosts
+        return config.options_of(MultiWorkerMirroredOptions).hosts
+
+    def elastic(self, config: RunConfig) -> bool:
+        return config.options_of(MultiWorkerMirroredOptions).elastic
 
     def summary_fields(self, config: RunConfig, log, devices: list[str]) -> dict:
-        return {"compression": compression_summary(config.compression, log, devices)}
+        return {"compression": compression_summary(self.compression(config), log, devices)}

@@ -6,15 +6,15 @@ interpreter; variables stay resident in the session's store between steps.
 
 from __future__ import annotations
 
+from workbench.calibration.run_start import calibrate_run
 from workbench.config import ConfigError, RunConfig
 from workbench.data import ModelInputs
-from workbench.events import EventLog
+from workbench.events import EventLog, Phase
 from workbench.parallel.periodic_checkpoints import PeriodicCheckpoints
 from workbench.parallel.straggler import SimulatedStraggler
 from workbench.runtime import device_name
 from workbench.runtime.gpu_metrics import this_process_gpu_metrics
 from workbench.strategies.definition import StrategyDefinition
-from workbench.training.calibration import calibrate_run
 from workbench.training.job import Progress, TrainingJob, TrainOutcome, epoch_progress
 from workbench.training.session import TrainingSession
 
@@ -79,7 +79,7 @@ class OneDevice(StrategyDefinition):
             end = job.clock()
             if checkpoints is not None and checkpoints.due(step + 1):
                 checkpoints.save(step + 1, session.parameters(), session.optimizer_state())
-            log.phase(device, "compute", step, start, end)
+            log.phase(device, Phase.COMPUTE, step, start, end)
             log.scalar("loss", step, loss, end)
             log.scalar("lr", step, learning_rate, end)
             if job.device_type == "gpu" and step % GPU_METRICS_EVERY == 0:

@@ -1,12 +1,22 @@
-"""Option rows that more than one strategy declares (each strategy lists the ones it takes).
+"""The strategies' options: the rows (flag, type, default, allowed values, help) and, per
+strategy, the frozen dataclass that types them.
 
-A row is the whole truth about an option: flag, type, default, allowed values, help. Which
-strategies accept it follows from their ``options``; ``dtrain run --help`` says so per flag.
+A row is the whole truth about an option as users give it; which strategies accept it
+follows from their ``options``; ``dtrain run --help`` says so per flag. The dataclasses are
+how code reads a validated run's options (``config.options_of(PipelineOptions).stages``): each
+strategy's definition names its class (``options_type``), whose fields are exactly its rows'
+names (the definition is refused where it is written otherwise), and validation builds it
+once from the checked values. They live here, beside the rows, rather than in the
+definitions' modules, so that the planner and the front ends read a run's options without
+importing the engine the definitions drive.
 """
 
 from __future__ import annotations
 
-from workbench.config import Option
+from dataclasses import dataclass
+from typing import Literal
+
+from workbench.config import Option, StrategyOptions
 from workbench.parallel.collectives import ALLREDUCE_ALGORITHMS
 from workbench.parallel.collectives.compression import COMPRESSION_FORMS, canonical_compression
 from workbench.parallel.parameter_server import PARAMETER_SERVER_MODES, REPLICATION_NAMES
@@ -103,3 +113,70 @@ PLACEMENT = Option(
     "model's device constraints)",
     choices=("greedy", "balanced-params", "manual"),
 )
+
+
+# The values of the rows with ``choices``, as types (the strategy tests check they agree).
+AllReduceName = Literal["auto", "ring", "hierarchical-copy", "reduce-to-one", "nccl"]
+ReplicationName = Literal["in-graph", "between-graph"]
+ModeName = Literal["sync", "async"]
+ScheduleName = Literal["gpipe", "1f1b"]
+PlacementName = Literal["greedy", "balanced-params", "manual"]
+
+
+@dataclass(frozen=True)
+class NoOptions(StrategyOptions):
+    """A strategy without options (``one-device``)."""
+
+
+@dataclass(frozen=True)
+class DataParallelOptions(StrategyOptions):
+    """What every synchronous data-parallel strategy takes (the family's code reads these)."""
+
+    bucket_mb: float
+    compression: str  # canonical (``fp16``, ``topk:0.01``, ...; ``none``)
+
+
+@dataclass(frozen=True)
+class MirroredOptions(DataParallelOptions):
+    allreduce: AllReduceName
+    elastic: bool
+    replication: ReplicationName
+
+
+@dataclass(frozen=True)
+class CentralStorageOptions(DataParallelOptions):
+    replication: ReplicationName
+
+
+@dataclass(frozen=True)
+class MultiWorkerMirroredOptions(DataParallelOptions):
+    hosts: int
+    elastic: bool
+
+
+@dataclass(frozen=True)
+class ParameterServerOptions(StrategyOptions):
+    ps: int
+    mode: ModeName
+    staleness: int | None
+    replication: ReplicationName
+    backup_workers: int
+    ps_partition_min_bytes: int | None
+    compression: str
+
+
+@dataclass(frozen=True)
+class PipelineOptions(StrategyOptions):
+    stages: int
+    microbatches: int
+    schedule: ScheduleName
+
+
+@dataclass(frozen=True)
+class HybridOptions(PipelineOptions):
+    compression: str
+
+
+@dataclass(frozen=True)
+class ModelParallelOptions(StrategyOptions):
+    placement: PlacementName

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from workbench.calibration.exchange_probe import EXCHANGE_KINDS, measure_exchange
+from workbench.calibration.run_start import RunCalibration
 from workbench.config import ConfigError, RunConfig
 from workbench.costs import collective_key
 from workbench.data import shard_rows
@@ -27,7 +29,6 @@ from workbench.parallel.parameter_server.client_graph import (
     ParameterServerGraph,
     build_parameter_server_graph,
 )
-from workbench.parallel.parameter_server.exchange_probe import EXCHANGE_KINDS, measure_exchange
 from workbench.parallel.parameter_server.free_running import FreeRunningDriver
 from workbench.parallel.parameter_server.partitioner import (
     VariablePiece,
@@ -55,8 +56,8 @@ from workbench.strategies.options import (
     PS_PARTITION_MIN_BYTES,
     REPLICATION,
     STALENESS,
+    ParameterServerOptions,
 )
-from workbench.training.calibration import RunCalibration
 from workbench.training.graphs import build_training_graph
 from workbench.training.job import Progress, TrainingJob
 
@@ -73,34 +74,38 @@ class ParameterServer(ClusterStrategy):
         PS_PARTITION_MIN_BYTES,
         COMPRESSION,
     )
+    options_type = ParameterServerOptions
     planning = "workbench.planner.strategy_planning:PARAMETER_SERVER"
 
     def check_config(self, config: RunConfig) -> None:
         replicas_divide_the_batch(config)
-        if config.staleness is not None and config.mode != "async":
+        options = config.options_of(ParameterServerOptions)
+        if options.staleness is not None and options.mode != "async":
             raise ConfigError("--staleness", f"bounds async updates; add {STALENESS.applies_with}")
-        if config.backup_workers and config.mode != "sync":
+        if options.backup_workers and options.mode != "sync":
             raise ConfigError(
                 "--backup-workers",
                 f"drops the late gradients of synchronous steps; add {BACKUP_WORKERS.applies_with}",
             )
-        if config.replication == "in-graph" and (config.mode == "async" or config.backup_workers):
+        free_running = options.mode == "async" or options.backup_workers
+        if options.replication == "in-graph" and free_running:
             raise ConfigError(
                 "--replication",
                 "in-graph ships every worker its batches with each chunk of synchronous steps; "
                 "free-running workers (--mode async, --backup-workers) read their own: use "
                 "--replication between-graph",
             )
-        if config.backup_workers >= config.devices:
+        if options.backup_workers >= config.devices:
             raise ConfigError(
                 "--backup-workers",
-                f"{config.backup_workers} backups of {config.devices} workers (--devices) would "
+                f"{options.backup_workers} backups of {config.devices} workers (--devices) would "
                 f"leave no gradient to apply; choose 0 to {config.devices - 1}",
             )
 
     def device_names(self, config: RunConfig, device_type: str) -> list[str]:
         workers = [device_name(device_type, task=t) for t in range(config.devices)]
-        return workers + [device_name(device_type, task=t, job="ps") for t in range(config.ps)]
+        shards = config.options_of(ParameterServerOptions).ps
+        return workers + [device_name(device_type, task=t, job="ps") for t in range(shards)]
 
     wires = ("rpc", "peer")  # pulls and pushes are Dask RPCs; in-graph runs use Send/Recv
 
@@ -108,10 +113,10 @@ class ParameterServer(ClusterStrategy):
         return (config.batch_size // config.devices,)
 
     def jobs(self, config: RunConfig) -> tuple[tuple[str, int], ...]:
-        return (("worker", config.devices), ("ps", config.ps))
+        return (("worker", config.devices), ("ps", config.options_of(ParameterServerOptions).ps))
 
     def device_count(self, config: RunConfig) -> int:
-        return config.devices + config.ps
+        return config.devices + config.options_of(ParameterServerOptions).ps
 
     def _calibrated(
         self, job: TrainingJob, session: ClusterSession, progress: Progress, so_far: Known
@@ -121,11 +126,12 @@ class ParameterServer(ClusterStrategy):
         planner's prediction."""
         so_far = super()._calibrated(job, session, progress, so_far)
         config = job.config
+        options = config.options_of(ParameterServerOptions)
         worker_ranks = list(range(config.devices))
-        shard_ranks = list(range(config.devices, config.devices + config.ps))
+        shard_ranks = list(range(config.devices, config.devices + options.ps))
         devices = [session.device_names[rank] for rank in worker_ranks + shard_ranks]
         held = shard_bytes(
-            self.pieces(config, job.model), config.ps, np.dtype(config.dtype).itemsize
+            self.pieces(config, job.model), options.ps, np.dtype(config.dtype).itemsize
         )
 
         def measure(missing: list[str]) -> dict[str, Any]:
@@ -144,13 +150,14 @@ class ParameterServer(ClusterStrategy):
 
     def plan(self, config: RunConfig, job: TrainingJob, at: PlanContext) -> DevicePlan:
         session, restore = at.session, at.restore
-        model, workers, shards = job.model, config.devices, config.ps
+        options = config.options_of(ParameterServerOptions)
+        model, workers, shards = job.model, config.devices, options.ps
         params = restore.parameters or model.init_parameters(config.seed, config.dtype)
         slots = restore.optimizer_state or init_slots(job.optimizer, params)
-        in_graph = config.replication == "in-graph"
+        in_graph = options.replication == "in-graph"
         # Async workers, and sync ones with backups, loop on their own: no client barrier.
-        free_running = config.mode == "async" or config.backup_workers > 0
-        per_step = workers if config.mode == "async" else 1
+        free_running = options.mode == "async" or options.backup_workers > 0
+        per_step = workers if options.mode == "async" else 1
         worker_ranks = list(range(workers))
         shard_ranks = list(range(workers, workers + shards))
         pieces = self.pieces(config, model)
@@ -176,8 +183,10 @@ class ParameterServer(ClusterStrategy):
                 device_type=session.device_type,
                 first_step=restore.step,
                 total_updates=job.total_steps * per_step if free_running else None,
-                backups=config.backup_workers,
+                backups=options.backup_workers,
                 in_graph=in_graph,
+                mode=options.mode,
+                staleness=options.staleness,
             )
             for k in range(shards)
         ]
@@ -191,6 +200,8 @@ class ParameterServer(ClusterStrategy):
                 shard_devices=tuple(session.device_names[r] for r in shard_ranks),
                 pieces=pieces,
                 client_graph=client_graph if in_graph else None,
+                mode=options.mode,
+                compression=options.compression,
             )
 
         worker_specs = [worker_spec(rank) for rank in worker_ranks]
@@ -201,7 +212,7 @@ class ParameterServer(ClusterStrategy):
                 shard_ranks,
                 setup_ps_worker,
                 worker_spec,
-                updates_per_step=workers if config.mode == "async" else 1,
+                updates_per_step=workers if options.mode == "async" else 1,
             )
         return DevicePlan(
             # Shards first: workers pull from them as soon as they start.
@@ -223,9 +234,10 @@ class ParameterServer(ClusterStrategy):
     def pieces(self, config: RunConfig, model) -> tuple[VariablePiece, ...]:
         """The variables, or their parts, and the shard each lives on."""
         itemsize = np.dtype(config.dtype).itemsize
+        options = config.options_of(ParameterServerOptions)
         return tuple(
             place_variables(
-                model.parameter_shapes(), config.ps, itemsize, config.ps_partition_min_bytes
+                model.parameter_shapes(), options.ps, itemsize, options.ps_partition_min_bytes
             )
         )
 
@@ -238,16 +250,17 @@ class ParameterServer(ClusterStrategy):
     ) -> ParameterServerGraph:
         """The client graph the master places and partitions: every worker's tower
         (in-graph), or worker 0's alone (between-graph)."""
-        towers = config.devices if config.replication == "in-graph" else 1
+        options = config.options_of(ParameterServerOptions)
+        towers = config.devices if options.replication == "in-graph" else 1
         return build_parameter_server_graph(
             model,
             optimizer,
             config.batch_size // config.devices,
             config.dtype,
             list(device_names[:towers]),
-            list(device_names[config.devices : config.devices + config.ps]),
+            list(device_names[config.devices : config.devices + options.ps]),
             pieces,
-            in_graph=config.replication == "in-graph",
+            in_graph=options.replication == "in-graph",
         )
 
     def _step_arguments(self, config: RunConfig, session, job: TrainingJob, in_graph: bool):
@@ -285,9 +298,10 @@ class ParameterServer(ClusterStrategy):
             ],
             "dropped_gradients": sum(e.phase == "dropped" for e in pushes),
         }
-        if config.compression != "none":  # what the workers' pushes saved
+        compression = config.options_of(ParameterServerOptions).compression
+        if compression != "none":  # what the workers' pushes saved
             workers = devices[: config.devices]
-            fields["compression"] = compression_summary(config.compression, log, workers, "ps-push")
+            fields["compression"] = compression_summary(compression, log, workers, "ps-push")
         staleness = [event.value for event in log.scalars("staleness")]
         if not staleness:
             return fields

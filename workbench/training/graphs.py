@@ -3,7 +3,7 @@
 ``build_training_graph`` lays out one training step as a single graph: placeholders for the
 batch, the learning rate and the dropout seed; variable reads for the parameters; forward pass,
 softmax cross-entropy, graph-to-graph gradients; and, optionally, the optimizer's in-place
-updates. The result goes through the pass pipeline (prune drops, for instance, the gradient of
+updates. The result goes through the graph passes (prune drops, for instance, the gradient of
 the input images that autodiff also produces).
 """
 

@@ -143,13 +143,19 @@ def evaluate_on_test(job: TrainingJob, trained: TrainedModel, log) -> tuple[floa
 
 def epoch_progress(job: TrainingJob, step: int, loss: float, name: str) -> str | None:
     """A progress line at each epoch boundary and at the last step, else None."""
-    per_epoch = job.sampler.steps_per_epoch
+    return epoch_line(name, step, loss, job.sampler.steps_per_epoch, job.total_steps, job.clock())
+
+
+def epoch_line(
+    name: str, step: int, loss: float, per_epoch: int, total_steps: int, seconds: float
+) -> str | None:
+    """The progress line after ``step`` where it ends an epoch or the run, else None."""
     done = step + 1
-    if done % per_epoch and done != job.total_steps:
+    if done % per_epoch and done != total_steps:
         return None
     epoch = (done - 1) // per_epoch + 1
-    epochs = -(-job.total_steps // per_epoch)
+    epochs = -(-total_steps // per_epoch)
     return (
-        f"[{name}] epoch {epoch}/{epochs}  step {done}/{job.total_steps}  "
-        f"loss {loss:.4f}  {job.clock():.1f}s"
+        f"[{name}] epoch {epoch}/{epochs}  step {done}/{total_steps}  "
+        f"loss {loss:.4f}  {seconds:.1f}s"
     )

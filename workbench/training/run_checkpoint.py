@@ -1,6 +1,6 @@
 """A training run's checkpoint: its variables, optimizer slots and the step it reached, plus
 what makes continuing from it exact (the sampler's and dropout's seeds: both are pure
-functions of the seed and the step, docs/architecture.md, "Same data, same result")."""
+functions of the seed and the step, docs/architecture/determinism.md, "Same data, same result")."""
 
 from __future__ import annotations
 

@@ -3,11 +3,34 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from workbench.ir.builder import Tensor
 from workbench.ir.graph import DTYPES, TensorType
 from workbench.ir.ops._common import broadcast_types, emit, lift, sum_to_shape
 from workbench.ir.rules import NOT_DIFFERENTIABLE, ShapeError, define_op, require_float, same_dtype
+
+# Each table row is one op: its NumPy implementation and its vector-Jacobian product, written
+# as the gradients of its inputs (``g`` the output's cotangent, ``y`` the output). The builder
+# functions below the tables emit the op by name.
+
+
+def _binary(op: str) -> Callable[[Tensor, Tensor | float], Tensor]:
+    def build(a: Tensor, b: Tensor | float) -> Tensor:
+        return emit(op, a, lift(a, b))
+
+    build.__name__ = build.__qualname__ = op
+    return build
+
+
+def _unary(op: str, doc: str = "") -> Callable[[Tensor], Tensor]:
+    def build(x: Tensor) -> Tensor:
+        return emit(op, x)
+
+    build.__name__ = build.__qualname__ = op
+    build.__doc__ = doc or None
+    return build
+
 
 # --- binary arithmetic with NumPy broadcasting -------------------------------------------
 
@@ -24,67 +47,30 @@ def _unbroadcast(inputs, gradients):
     return [None if g is None else sum_to_shape(g, x.shape) for x, g in zip(inputs, gradients)]
 
 
-def add(a: Tensor, b: Tensor | float) -> Tensor:
-    return emit("add", a, lift(a, b))
-
-
-def sub(a: Tensor, b: Tensor | float) -> Tensor:
-    return emit("sub", a, lift(a, b))
-
-
-def mul(a: Tensor, b: Tensor | float) -> Tensor:
-    return emit("mul", a, lift(a, b))
-
-
-def div(a: Tensor, b: Tensor | float) -> Tensor:
-    return emit("div", a, lift(a, b))
-
-
-def maximum(a: Tensor, b: Tensor | float) -> Tensor:
-    return emit("maximum", a, lift(a, b))
-
-
-define_op(
-    "add",
-    impl=lambda xp, a, b: a + b,
-    shape=_binary_shape("add"),
-    vjp=lambda inputs, outputs, cts: _unbroadcast(inputs, [cts[0], cts[0]]),
-)
-define_op(
-    "sub",
-    impl=lambda xp, a, b: a - b,
-    shape=_binary_shape("sub"),
-    vjp=lambda inputs, outputs, cts: _unbroadcast(inputs, [cts[0], -cts[0]]),
-)
-define_op(
-    "mul",
-    impl=lambda xp, a, b: a * b,
-    shape=_binary_shape("mul"),
-    vjp=lambda inputs, outputs, cts: _unbroadcast(inputs, [cts[0] * inputs[1], cts[0] * inputs[0]]),
-)
-define_op(
-    "div",
-    impl=lambda xp, a, b: a / b,
-    shape=_binary_shape("div"),
-    vjp=lambda inputs, outputs, cts: _unbroadcast(
-        inputs, [cts[0] / inputs[1], -cts[0] * outputs[0] / inputs[1]]
-    ),
-)
-
-
-def _maximum_vjp(inputs, outputs, cts):
-    a, b = inputs
+def _maximum_gradients(a, b, y, g):
     # Ties send the gradient to the first argument, as the subgradient convention of TF does.
-    a_wins = cast(greater_equal(a, b), cts[0].dtype)
-    return _unbroadcast(inputs, [cts[0] * a_wins, cts[0] * (1.0 - a_wins)])
+    a_wins = cast(greater_equal(a, b), g.dtype)
+    return [g * a_wins, g * (1.0 - a_wins)]
 
 
-define_op(
-    "maximum",
-    impl=lambda xp, a, b: xp.maximum(a, b),
-    shape=_binary_shape("maximum"),
-    vjp=_maximum_vjp,
-)
+ARITHMETIC = {  # op: (impl(xp, a, b), gradients(a, b, y, g) of a and b before unbroadcasting)
+    "add": (lambda xp, a, b: a + b, lambda a, b, y, g: [g, g]),
+    "sub": (lambda xp, a, b: a - b, lambda a, b, y, g: [g, -g]),
+    "mul": (lambda xp, a, b: a * b, lambda a, b, y, g: [g * b, g * a]),
+    "div": (lambda xp, a, b: a / b, lambda a, b, y, g: [g / b, -g * y / b]),
+    "maximum": (lambda xp, a, b: xp.maximum(a, b), _maximum_gradients),
+}
+
+
+def _broadcasting_vjp(gradients):
+    return lambda inputs, outputs, cts: _unbroadcast(inputs, gradients(*inputs, outputs[0], cts[0]))
+
+
+for _op, (_impl, _gradients) in ARITHMETIC.items():
+    define_op(_op, impl=_impl, shape=_binary_shape(_op), vjp=_broadcasting_vjp(_gradients))
+
+add, sub, mul, div = _binary("add"), _binary("sub"), _binary("mul"), _binary("div")
+maximum = _binary("maximum")
 
 # --- comparisons (boolean results, no gradient) -------------------------------------------
 
@@ -98,33 +84,15 @@ def _comparison_shape(op: str):
     return rule
 
 
-def greater(a: Tensor, b: Tensor | float) -> Tensor:
-    return emit("greater", a, lift(a, b))
+COMPARISONS = {  # op: impl(xp, a, b)
+    "greater": lambda xp, a, b: a > b,
+    "greater_equal": lambda xp, a, b: a >= b,
+    "equal": lambda xp, a, b: a == b,
+}
+for _op, _compare in COMPARISONS.items():
+    define_op(_op, impl=_compare, shape=_comparison_shape(_op), vjp=NOT_DIFFERENTIABLE)
 
-
-def greater_equal(a: Tensor, b: Tensor | float) -> Tensor:
-    return emit("greater_equal", a, lift(a, b))
-
-
-def equal(a: Tensor, b: Tensor | float) -> Tensor:
-    return emit("equal", a, lift(a, b))
-
-
-define_op(
-    "greater",
-    impl=lambda xp, a, b: a > b,
-    shape=_comparison_shape("greater"),
-    vjp=NOT_DIFFERENTIABLE,
-)
-define_op(
-    "greater_equal",
-    impl=lambda xp, a, b: a >= b,
-    shape=_comparison_shape("greater_equal"),
-    vjp=NOT_DIFFERENTIABLE,
-)
-define_op(
-    "equal", impl=lambda xp, a, b: a == b, shape=_comparison_shape("equal"), vjp=NOT_DIFFERENTIABLE
-)
+greater, greater_equal, equal = _binary("greater"), _binary("greater_equal"), _binary("equal")
 
 # --- unary math ----------------------------------------------------------------------------
 
@@ -137,87 +105,48 @@ def _float_unary_shape(op: str):
     return rule
 
 
-def neg(x: Tensor) -> Tensor:
-    return emit("neg", x)
+_GELU_C = math.sqrt(2.0 / math.pi)
+_GELU_A = 0.044715
 
 
-def exp(x: Tensor) -> Tensor:
-    return emit("exp", x)
+def _gelu_impl(xp, x):
+    return 0.5 * x * (1 + xp.tanh(_GELU_C * (x + _GELU_A * x * x * x)))
 
 
-def log(x: Tensor) -> Tensor:
-    return emit("log", x)
+def _gelu_gradient(x, y, g):
+    t = tanh((x + x * x * x * _GELU_A) * _GELU_C)
+    slope = (1.0 + t) * 0.5 + x * (1.0 - t * t) * (1.0 + x * x * (3 * _GELU_A)) * (0.5 * _GELU_C)
+    return g * slope
 
 
-def sqrt(x: Tensor) -> Tensor:
-    return emit("sqrt", x)
+UNARY = {  # op: (impl(xp, x), gradient(x, y, g) of x)
+    "neg": (lambda xp, x: -x, lambda x, y, g: -g),
+    "exp": (lambda xp, x: xp.exp(x), lambda x, y, g: g * y),
+    "log": (lambda xp, x: xp.log(x), lambda x, y, g: g / x),
+    "sqrt": (lambda xp, x: xp.sqrt(x), lambda x, y, g: g / (y * 2.0)),
+    "tanh": (lambda xp, x: xp.tanh(x), lambda x, y, g: g * (1.0 - y * y)),
+    # sigmoid through tanh never overflows, unlike 1 / (1 + exp(-x)) for large negative x.
+    "sigmoid": (lambda xp, x: (xp.tanh(x * 0.5) + 1) * 0.5, lambda x, y, g: g * y * (1.0 - y)),
+    "relu": (lambda xp, x: xp.maximum(x, 0), lambda x, y, g: relu_grad(x, g)),
+    "gelu": (_gelu_impl, _gelu_gradient),
+}
 
 
-def tanh(x: Tensor) -> Tensor:
-    return emit("tanh", x)
+def _unary_vjp(gradient):
+    return lambda inputs, outputs, cts: [gradient(inputs[0], outputs[0], cts[0])]
 
 
-def sigmoid(x: Tensor) -> Tensor:
-    return emit("sigmoid", x)
+for _op, (_unary_impl, _gradient) in UNARY.items():
+    define_op(_op, impl=_unary_impl, shape=_float_unary_shape(_op), vjp=_unary_vjp(_gradient))
 
-
-def relu(x: Tensor) -> Tensor:
-    return emit("relu", x)
+neg, exp, log, sqrt = _unary("neg"), _unary("exp"), _unary("log"), _unary("sqrt")
+tanh, sigmoid, relu = _unary("tanh"), _unary("sigmoid"), _unary("relu")
+gelu = _unary("gelu", "GELU, tanh approximation (Hendrycks & Gimpel), as used by BERT and GPT-2.")
 
 
 def relu_grad(x: Tensor, gradient: Tensor) -> Tensor:
     """``gradient`` where ``x > 0``, else 0: the backward of relu as one fused op."""
     return emit("relu_grad", x, gradient)
-
-
-def gelu(x: Tensor) -> Tensor:
-    """GELU, tanh approximation (Hendrycks & Gimpel), as used by BERT and GPT-2."""
-    return emit("gelu", x)
-
-
-define_op(
-    "neg",
-    impl=lambda xp, x: -x,
-    shape=_float_unary_shape("neg"),
-    vjp=lambda inputs, outputs, cts: [-cts[0]],
-)
-define_op(
-    "exp",
-    impl=lambda xp, x: xp.exp(x),
-    shape=_float_unary_shape("exp"),
-    vjp=lambda inputs, outputs, cts: [cts[0] * outputs[0]],
-)
-define_op(
-    "log",
-    impl=lambda xp, x: xp.log(x),
-    shape=_float_unary_shape("log"),
-    vjp=lambda inputs, outputs, cts: [cts[0] / inputs[0]],
-)
-define_op(
-    "sqrt",
-    impl=lambda xp, x: xp.sqrt(x),
-    shape=_float_unary_shape("sqrt"),
-    vjp=lambda inputs, outputs, cts: [cts[0] / (outputs[0] * 2.0)],
-)
-define_op(
-    "tanh",
-    impl=lambda xp, x: xp.tanh(x),
-    shape=_float_unary_shape("tanh"),
-    vjp=lambda inputs, outputs, cts: [cts[0] * (1.0 - outputs[0] * outputs[0])],
-)
-# sigmoid through tanh never overflows, unlike 1 / (1 + exp(-x)) for large negative x.
-define_op(
-    "sigmoid",
-    impl=lambda xp, x: (xp.tanh(x * 0.5) + 1) * 0.5,
-    shape=_float_unary_shape("sigmoid"),
-    vjp=lambda inputs, outputs, cts: [cts[0] * outputs[0] * (1.0 - outputs[0])],
-)
-define_op(
-    "relu",
-    impl=lambda xp, x: xp.maximum(x, 0),
-    shape=_float_unary_shape("relu"),
-    vjp=lambda inputs, outputs, cts: [relu_grad(inputs[0], cts[0])],
-)
 
 
 def _relu_grad_shape(types, **attrs):
@@ -234,23 +163,6 @@ define_op(
     # relu_grad is linear in its gradient and piecewise constant in x.
     vjp=lambda inputs, outputs, cts: [None, relu_grad(inputs[0], cts[0])],
 )
-
-_GELU_C = math.sqrt(2.0 / math.pi)
-_GELU_A = 0.044715
-
-
-def _gelu_impl(xp, x):
-    return 0.5 * x * (1 + xp.tanh(_GELU_C * (x + _GELU_A * x * x * x)))
-
-
-def _gelu_vjp(inputs, outputs, cts):
-    x = inputs[0]
-    t = tanh((x + x * x * x * _GELU_A) * _GELU_C)
-    slope = (1.0 + t) * 0.5 + x * (1.0 - t * t) * (1.0 + x * x * (3 * _GELU_A)) * (0.5 * _GELU_C)
-    return [cts[0] * slope]
-
-
-define_op("gelu", impl=_gelu_impl, shape=_float_unary_shape("gelu"), vjp=_gelu_vjp)
 
 # --- casts ------------------------------------------------------------------------------------
 

@@ -30,6 +30,9 @@ class SubgroupTransport:
     def bytes_received(self) -> int:
         return self.parent.bytes_received
 
+    def count_traffic(self, sent: int, received: int) -> None:
+        self.parent.count_traffic(sent, received)
+
     def send(self, peer: int, key: str, array: Any) -> None:
         self.parent.send(self.members[peer], key, array)
 

@@ -149,8 +149,7 @@ class NcclAllReduce:
         )
         self._wait(self.runtime.mark_queued_work())
         moved = int(ring_bytes_per_rank(array.nbytes, self.transport.size))
-        self.transport.bytes_sent += moved
-        self.transport.bytes_received += moved
+        self.transport.count_traffic(moved, moved)
         return array
 
     def _wait(self, finished: Any) -> None:

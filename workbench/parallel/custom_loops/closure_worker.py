@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from workbench.events.records import Phase, PhaseEvent
 from workbench.parallel.custom_loops.replica_context import ReplicaContext
 from workbench.parallel.parameter_server.worker_loop import ParameterServerWorker
 
@@ -39,7 +40,9 @@ class ClosureWorkerContext(ReplicaContext):
         start = worker.clock()
         self.versions, received, _ = worker._pull(step)
         pulled = worker.clock()
-        self.events.append((self.device, "ps-pull", step, start, pulled, 0, received, worker.route))
+        self.events.append(
+            PhaseEvent(self.device, Phase.PS_PULL, step, start, pulled, 0, received, worker.route)
+        )
 
     def _apply(self, step: int, gradients: dict[str, Any]) -> None:
         worker = self.ps_worker
@@ -48,9 +51,11 @@ class ClosureWorkerContext(ReplicaContext):
         start = worker.clock()
         pushed = worker._push(step, gradients, cast(list[int], self.versions))  # pulled above
         self.versions = None
-        phase = "dropped" if pushed["dropped"] else "ps-push"
+        phase = Phase.DROPPED if pushed["dropped"] else Phase.PS_PUSH
         self.events.append(
-            (self.device, phase, step, start, worker.clock(), pushed["sent"], 0, worker.route)
+            PhaseEvent(
+                self.device, phase, step, start, worker.clock(), pushed["sent"], 0, worker.route
+            )
         )
 
     def _after_call(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.events.records import Phase, PhaseEvent
 from workbench.ir import Executable
 from workbench.parallel.custom_loops.replica_context import ReplicaContext
 from workbench.parallel.data_parallel.gradient_worker import GradientWorker
@@ -31,4 +32,4 @@ class LocalReplicaContext(ReplicaContext):
         feeds = {gradient_name(name): worker.arrays.adopt(gradients[name]) for name in worker.names}
         feeds[LEARNING_RATE] = worker.learning_rate(step)
         self.update.run(feeds, worker.state, worker.xp)
-        self.events.append((self.device, "update", step, start, worker.clock(), 0, 0))
+        self.events.append(PhaseEvent(self.device, Phase.UPDATE, step, start, worker.clock()))

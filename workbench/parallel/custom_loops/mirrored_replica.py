@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.events.records import Phase, PhaseEvent
 from workbench.parallel.custom_loops.replica_context import ReplicaContext
 from workbench.parallel.data_parallel.replica import Replica
 
@@ -29,7 +30,8 @@ class MirroredReplicaContext(ReplicaContext):
         start = replica.clock()
         if replica.replica_spec.central_storage:
             phases, _ = replica._central_update(step, gradients, start, start)
-            self.events += [phase for phase in phases if phase[1] != "compute"]  # logged already
+            # The compute phase is logged already.
+            self.events += [event for event in phases if event.phase != Phase.COMPUTE]
             return
         transport = replica.transport
         sent, received = transport.bytes_sent, transport.bytes_received
@@ -47,6 +49,6 @@ class MirroredReplicaContext(ReplicaContext):
             replica._apply(step, averaged)
         traffic = (transport.bytes_sent - sent, transport.bytes_received - received)
         self.events += [
-            (self.device, "allreduce", step, start, reduced, *traffic, replica.path),
-            (self.device, "update", step, reduced, replica.clock(), 0, 0),
+            PhaseEvent(self.device, Phase.ALLREDUCE, step, start, reduced, *traffic, replica.path),
+            PhaseEvent(self.device, Phase.UPDATE, step, reduced, replica.clock()),
         ]

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.events.records import Phase, PhaseEvent
 from workbench.models.strategy_scope import replica_scope
 from workbench.parallel.data_parallel.gradient_worker import GradientWorker
 from workbench.runtime.device_arrays import DeviceArrays
@@ -57,7 +58,7 @@ class ReplicaContext:
         # An update that failed half way (a peer stalled mid all-reduce) leaves partial
         # messages and an unknown state behind: the replica reports no step count after it.
         self.interrupted = False
-        self.events: list[tuple] = []  # this call's phases, handed back with its result
+        self.events: list[PhaseEvent] = []  # this call's phases, handed back with its result
         config = worker.config
         self.rows = config.batch_size // worker.spec.replicas  # the gradient graph's batch
         self.global_batch_size = config.batch_size
@@ -97,7 +98,7 @@ class ReplicaContext:
         batch = (self._rows_of(x, "x").astype(self.input_dtype), self._rows_of(y, "y"))
         step, start = self.step, self.worker.clock()
         gradients, loss = self.worker.compute(step, fed=batch)
-        self.events.append((self.device, "compute", step, start, self.worker.clock(), 0, 0))
+        self.events.append(PhaseEvent(self.device, Phase.COMPUTE, step, start, self.worker.clock()))
         return loss, gradients
 
     def optimizer_apply(self, model: Any, gradients: dict[str, Any]) -> Any:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from workbench.events.records import Phase, PhaseEvent, StepReport
 from workbench.ir import Executable
 from workbench.parallel.collectives import allreduce, broadcast, plan_buckets, reduce
 from workbench.parallel.collectives.compression import (
@@ -33,10 +33,10 @@ from workbench.parallel.collectives.compression import (
 )
 from workbench.parallel.collectives.nccl import NcclAllReduce
 from workbench.parallel.data_parallel.gradient_worker import GradientWorker
+from workbench.parallel.resident_steps import keep_resident
 from workbench.parallel.stop_gate import may_begin
 from workbench.parallel.worker_spec import WorkerSpec
 from workbench.runtime.peer_transport import PeerTransport
-from workbench.runtime.worker_service import device_service
 from workbench.training.graphs import LEARNING_RATE, build_update_graph, gradient_name
 
 
@@ -96,12 +96,14 @@ class Replica(GradientWorker):
             frozenset(self.config.simulate_overflow) if self.spec.rank == 0 else ()
         )
 
-    def run(self, first: int, count: int) -> dict[str, Any]:
-        events, losses, scalars, gradient_bytes = [], [], [], 0
+    def run(self, first: int, count: int) -> StepReport:
+        events: list[PhaseEvent] = []
+        losses: list[tuple[int, float | None]] = []
+        scalars, gradient_bytes = [], 0
         last = first - 1
         for step in range(first, first + count):
             if not may_begin(self.spec.run_id, step):
-                break  # the run was stopped (docs/architecture.md, "Faults and stragglers")
+                break  # the run was stopped (docs/architecture/faults.md, "Faults and stragglers")
             last = step
             self.transport.step = step
             start = self.clock()
@@ -113,7 +115,7 @@ class Replica(GradientWorker):
             if self.replica_spec.central_storage:
                 step_events, applied = self._central_update(step, gradients, start, computed)
                 events += step_events
-                gradient_bytes += self._dense_push_bytes(step_events[1][5])
+                gradient_bytes += self._dense_push_bytes(step_events[1].bytes)
             else:
                 averaged, applied = self._finish_reductions(step, reductions)
                 reduced = self.clock()
@@ -127,10 +129,18 @@ class Replica(GradientWorker):
                 gradient_bytes += self._dense_allreduce_bytes(traffic[0])
                 first_bucket = reductions[0][2] if reductions else computed
                 events += [
-                    (self.device, "compute", step, start, computed, 0, 0),
+                    PhaseEvent(self.device, Phase.COMPUTE, step, start, computed),
                     # Starts inside the backward pass: the overlap is visible on the timeline.
-                    (self.device, "allreduce", step, first_bucket, reduced, *traffic, self.path),
-                    (self.device, "update", step, reduced, updated, 0, 0),
+                    PhaseEvent(
+                        self.device,
+                        Phase.ALLREDUCE,
+                        step,
+                        first_bucket,
+                        reduced,
+                        *traffic,
+                        self.path,
+                    ),
+                    PhaseEvent(self.device, Phase.UPDATE, step, reduced, updated),
                 ]
             losses.append((step, loss))
             scalars += self._scaler_reports(step, applied)
@@ -238,7 +248,7 @@ class Replica(GradientWorker):
 
     def _central_update(
         self, step: int, gradients: dict, start: float, computed: float
-    ) -> tuple[list, bool]:
+    ) -> tuple[list[PhaseEvent], bool]:
         """CentralStorage: gradients go to the storage device (rank 0), which updates the only
         real copy of the variables and sends the new values back to every replica. Returns the
         step's events and whether its update applied."""
@@ -276,12 +286,14 @@ class Replica(GradientWorker):
                     self.state[name][...] = value
         pulled = self.clock()
         return [
-            (self.device, "compute", step, start, computed, 0, 0),
-            (self.device, "ps-push", step, computed, pushed, *pushed_bytes, self.path),
-            (self.device, "update" if central else "idle", step, pushed, updated, 0, 0),
-            (
+            PhaseEvent(self.device, Phase.COMPUTE, step, start, computed),
+            PhaseEvent(
+                self.device, Phase.PS_PUSH, step, computed, pushed, *pushed_bytes, self.path
+            ),
+            PhaseEvent(self.device, Phase.UPDATE if central else Phase.IDLE, step, pushed, updated),
+            PhaseEvent(
                 self.device,
-                "ps-pull",
+                Phase.PS_PULL,
                 step,
                 updated,
                 pulled,
@@ -326,5 +338,4 @@ class Replica(GradientWorker):
 
 
 def setup_replica(spec: ReplicaSpec) -> str:
-    device_service().runs[spec.worker.run_id] = Replica(spec)
-    return spec.worker.device_names[spec.worker.rank]
+    return keep_resident(spec.worker, Replica(spec))

@@ -20,20 +20,19 @@ from typing import Any
 import numpy as np
 
 from workbench.data import GlobalBatchSampler, shard_rows
+from workbench.events.records import Phase, PhaseEvent, StepReport
 from workbench.ir import Executable, Graph
 from workbench.ir.ops.communication import COLLECTIVES, RENDEZVOUS
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.parallel.collectives import allreduce
+from workbench.parallel.resident_steps import ResidentProgram, keep_resident
 from workbench.parallel.stop_gate import may_begin
 from workbench.parallel.towers import feed_parts
 from workbench.parallel.worker_spec import (
     WorkerSpec,
-    host_snapshot,
-    initial_state,
     training_data,
 )
 from workbench.runtime.peer_transport import PeerTransport
-from workbench.runtime.worker_service import device_service
 from workbench.training.graphs import DROPOUT_SEED, INPUTS, LABELS, LEARNING_RATE
 from workbench.training.session import dropout_seed
 
@@ -93,7 +92,7 @@ class StepCollectives:
         return total
 
 
-class ModelParallelDevice:
+class ModelParallelDevice(ResidentProgram):
     def __init__(self, spec: DeviceSpec) -> None:
         worker = self.worker = spec.worker
         config = self.config = worker.run_config
@@ -107,12 +106,7 @@ class ModelParallelDevice:
             dict.fromkeys(n.attrs["var"] for n in spec.partition.nodes if n.op == "variable")
         )
         self.towers = spec.towers
-        self.device = worker.device
-        self.straggler = worker.straggler()
-        self.arrays = worker.device_arrays()
-        self.xp = self.arrays.xp
-        self.current_step = worker.total_steps
-        self.state = initial_state(worker, optimizer, self.arrays, self.names)
+        super().__init__(worker, optimizer, self.names)
         self.needs = {name: feed_parts(name) for name in self.program.placeholders}
         if {feed for _, feed in self.needs.values()} & {INPUTS, LABELS}:
             # The training set goes to the device once; each step gathers its rows there.
@@ -139,11 +133,12 @@ class ModelParallelDevice:
         self.arrays.synchronize()
         return time.time() - self.worker.clock_origin
 
-    def run(self, first: int, count: int) -> dict[str, Any]:
-        events, losses = [], []
+    def run(self, first: int, count: int) -> StepReport:
+        events: list[PhaseEvent] = []
+        losses = []
         for step in range(first, first + count):
             if not may_begin(self.worker.run_id, step):
-                break  # the run was stopped (docs/architecture.md, "Faults and stragglers")
+                break  # the run was stopped (docs/architecture/faults.md, "Faults and stragglers")
             self.transport.step = self.rendezvous.step = self.collectives.step = step
             self.current_step = step
             feeds = self._feeds(step)
@@ -156,17 +151,23 @@ class ModelParallelDevice:
             end = self.clock()
             cursor = start
             path = self.transport.paths_taken()
-            waits = [(a, b, "recv", 0, n) for a, b, n in self.rendezvous.waits]
-            waits += [(a, b, "allreduce", out, into) for a, b, out, into in self.collectives.calls]
+            waits = [(a, b, Phase.RECV, 0, n) for a, b, n in self.rendezvous.waits]
+            waits += [
+                (a, b, Phase.ALLREDUCE, out, into) for a, b, out, into in self.collectives.calls
+            ]
             for wait_start, wait_end, phase, sent, received in sorted(waits):
-                events.append((self.device, "compute", step, cursor, wait_start, 0, 0))
+                events.append(PhaseEvent(self.device, Phase.COMPUTE, step, cursor, wait_start))
                 events.append(
-                    (self.device, phase, step, wait_start, wait_end, sent, received, path)
+                    PhaseEvent(self.device, phase, step, wait_start, wait_end, sent, received, path)
                 )
                 cursor = wait_end
-            events.append((self.device, "compute", step, cursor, end, 0, 0))
+            events.append(PhaseEvent(self.device, Phase.COMPUTE, step, cursor, end))
             if self.rendezvous.sent:
-                events.append((self.device, "send", step, end, end, self.rendezvous.sent, 0, path))
+                events.append(
+                    PhaseEvent(
+                        self.device, Phase.SEND, step, end, end, self.rendezvous.sent, 0, path
+                    )
+                )
             loss = next((value for key, value in out.items() if key.endswith("loss")), None)
             losses.append((step, None if loss is None else float(loss)))
         return {"events": events, "losses": losses}
@@ -191,10 +192,6 @@ class ModelParallelDevice:
                 raise KeyError(f"{self.device}: nothing feeds placeholder {name!r}")
         return feeds
 
-    def snapshot(self) -> dict[str, dict[str, np.ndarray]]:
-        return host_snapshot(self.arrays, self.state, self.names)
-
 
 def setup_device(spec: DeviceSpec) -> str:
-    device_service().runs[spec.worker.run_id] = ModelParallelDevice(spec)
-    return spec.worker.device_names[spec.worker.rank]
+    return keep_resident(spec.worker, ModelParallelDevice(spec))

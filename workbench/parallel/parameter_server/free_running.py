@@ -18,14 +18,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from workbench.events import EventLog
-from workbench.events.records import PhaseEvent
+from workbench.events.records import Phase, PhaseEvent, StepReport
 from workbench.parallel.dispatch import DeviceFailure, submit_each, wait_all
+from workbench.parallel.loop_run import LoopRun, RoundHooks
 from workbench.parallel.parameter_server.shard_service import call_shard
 from workbench.parallel.parameter_server.worker_loop import run_free_steps
 from workbench.runtime.cluster import ClusterSession, ordered_workers
 from workbench.runtime.devices import device_tag
-from workbench.training.job import Progress, TrainingJob, epoch_progress
 
 POLL_S = 0.2  # how often the client drains shard 0: the live charts' refresh
 SHARD_CALL_ATTEMPTS = 3
@@ -49,17 +48,14 @@ class FreeRunningDriver:
         self.updates_per_step = updates_per_step
 
     def __call__(
-        self,
-        session: ClusterSession,
-        job: TrainingJob,
-        log: EventLog,
-        progress: Progress,
-        strategy: str,
-        first: int,
-        after_chunk: Callable[[int, int, list], None],
+        self, session: ClusterSession, run: LoopRun, first: int, hooks: RoundHooks
     ) -> None:
-        self.session, self.job, self.log = session, job, log
-        self.progress, self.strategy = progress, strategy
+        """Run steps ``first`` .. ``run.total_steps``. The workers cannot pause: where
+        ``hooks.pause_at(step)`` after a round, ``hooks.at_pause(step)`` runs while they go on
+        (a checkpoint's snapshot is the shards')."""
+        self.session, self.run, self.log = session, run, run.log
+        self.progress, self.strategy = run.progress, run.name
+        log, progress = run.log, run.progress
         running = {rank: self._start(rank, first) for rank in self.workers}
         self.vacant: list[int] = []  # ranks whose worker was dropped, until replaced
         stopped, dropped, step, done_since = False, 0, first, None
@@ -67,7 +63,7 @@ class FreeRunningDriver:
         printed_epoch = None
         while running:
             time.sleep(POLL_S)
-            if job.stop.is_set() and not stopped:
+            if run.stop.is_set() and not stopped:
                 stopped = True
                 self._each_shard("stop")
             alive = ordered_workers(session.client)  # one scheduler round trip per poll
@@ -76,23 +72,26 @@ class FreeRunningDriver:
             events = self._log_reports(status["reports"])
             if status["dropped"] > dropped:
                 dropped = status["dropped"]
-                log.scalar("dropped_updates", step, dropped, job.clock())
-            now = min(status["version"] // self.updates_per_step, job.total_steps)
+                log.scalar("dropped_updates", step, dropped, run.clock())
+            now = min(status["version"] // self.updates_per_step, run.total_steps)
             losses = log.scalars("loss")
             if losses and losses[-1].step != printed_epoch:
-                line = epoch_progress(job, losses[-1].step, losses[-1].value, strategy)
+                line = run.epoch_line(losses[-1].step, losses[-1].value)
                 if line:
                     printed_epoch = losses[-1].step
                     progress(line)
             if now > step:
-                log.scalar("lr", now, job.schedule(min(now, job.total_steps - 1)), job.clock())
-                after_chunk(step, now, [{"events": events}])
+                rate = run.learning_rate(min(now, run.total_steps - 1))
+                log.scalar("lr", now, rate, run.clock())
+                hooks.after_round(step, now, [{"events": events}])
+                if hooks.pause_at(now):
+                    hooks.at_pause(now)
                 step = self.step = now
             self.finished = status["done"]
             self._collect(running, alive, first=step)
             if status["done"]:
                 done_since = done_since or time.monotonic()
-                if time.monotonic() - done_since > job.config.stall_timeout:
+                if time.monotonic() - done_since > run.stall_timeout:
                     for rank in list(running):  # silent past the end: it stalled
                         self._drop(running, rank, "did not finish after the last update")
         self._log_reports(self._call_shard(self.shards[0], "drain")["reports"])
@@ -130,12 +129,12 @@ class FreeRunningDriver:
             self._replace(running, self.vacant.pop(0), spares.pop(0), first)
 
     def _drop(self, running: dict, rank: int, detail: str) -> None:
-        job, device = self.job, self.session.device_names[rank]
+        device = self.session.device_names[rank]
         running.pop(rank, None)
         self.vacant.append(rank)
-        noticed = job.clock()
+        noticed = self.run.clock()
         reason = f"{device_tag(device)}: dropped ({detail})"
-        self.log.emit(PhaseEvent(device, "failure", self.step, noticed, noticed, reason=reason))
+        self.log.emit(PhaseEvent(device, Phase.FAILURE, self.step, noticed, noticed, reason=reason))
         self.progress(
             f"[{self.strategy}] {device} dropped ({detail}); its update in flight is "
             "discarded and the other workers go on"
@@ -148,7 +147,7 @@ class FreeRunningDriver:
         ready = submit_each(
             session, self.strategy, "setup", first, self.setup, [(self.respec(rank),)], [rank]
         )
-        wait_all(session, ready, "setup", first, self.job.config.stall_timeout, ranks=[rank])
+        wait_all(session, ready, "setup", first, self.run.stall_timeout, ranks=[rank])
         running[rank] = self._start(rank, first)
         self.progress(f"[{self.strategy}] {session.device_names[rank]} replaced by {address}")
 
@@ -163,9 +162,9 @@ class FreeRunningDriver:
     # --- shards ----------------------------------------------------------------------------
 
     def _call_shard(self, rank: int, method: str, **arguments: Any) -> Any:
-        """``handle_<method>`` on shard ``rank``. A call that fails while the shard's worker is
-        still there (the scheduler busy removing a dead worker, say) is tried again; a shard
-        that is gone, or keeps failing, is a :class:`DeviceFailure`."""
+        """``method`` (one of its ``rpc_handlers``) on shard ``rank``. A call that fails while
+        the shard's worker is still there (the scheduler busy removing a dead worker, say) is
+        tried again; a shard that is gone, or keeps failing, is a :class:`DeviceFailure`."""
         address, device = self.session.addresses[rank], self.session.device_names[rank]
         for attempt in range(SHARD_CALL_ATTEMPTS):
             try:
@@ -197,16 +196,18 @@ class FreeRunningDriver:
 
     # --- reports ---------------------------------------------------------------------------
 
-    def _log_reports(self, reports: list[dict]) -> list[tuple]:
-        log, job, events = self.log, self.job, []
+    def _log_reports(self, reports: list[StepReport]) -> list[PhaseEvent]:
+        log, clock = self.log, self.run.clock
+        events: list[PhaseEvent] = []
         for report in reports:
             for event in report["events"]:
-                log.phase(*event)
+                log.emit(event)
                 events.append(event)
             for step, loss in report["losses"]:
-                log.scalar("loss", step, loss, job.clock(), device=report["device"])
+                if loss is not None:  # a worker always has one: the type allows a device none
+                    log.scalar("loss", step, loss, clock(), device=report["device"])
             for step, staleness in report["staleness"]:
-                log.scalar("staleness", step, staleness, job.clock())
+                log.scalar("staleness", step, staleness, clock())
             for name, step, value, device in report.get("scalars", ()):
-                log.scalar(name, step, value, job.clock(), device=device)
+                log.scalar(name, step, value, clock(), device=device)
         return events

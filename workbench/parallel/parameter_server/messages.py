@@ -13,9 +13,9 @@ sparse pushes give the same bits.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,7 +28,10 @@ def pack_pull(values: Mapping[str, Any], transfers: Sequence[Transfer], xp: Any 
     return xp.concatenate([values[t.key].reshape(-1) for t in transfers])
 
 
-def unpack_pull(flat: Any, transfers: Sequence[Transfer], keys: Sequence[str]) -> dict[str, Any]:
+Key = TypeVar("Key", bound=Hashable)
+
+
+def unpack_pull(flat: Any, transfers: Sequence[Transfer], keys: Sequence[Key]) -> dict[Key, Any]:
     """Views of ``flat`` under ``keys`` (the receiver's own keys for the same transfers).
 
     Examples
@@ -40,7 +43,8 @@ def unpack_pull(flat: Any, transfers: Sequence[Transfer], keys: Sequence[str]) -
     >>> parts["x"], parts["y"]
     (array([0., 1.]), array([2.]))
     """
-    out, offset = {}, 0
+    out: dict[Key, Any] = {}
+    offset = 0
     for transfer, key in zip(transfers, keys):
         size = int(np.prod(transfer.shape, dtype=np.int64))
         out[key] = flat[offset : offset + size].reshape(transfer.shape)

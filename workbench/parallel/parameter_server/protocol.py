@@ -1,8 +1,11 @@
 """The parameter-server protocol for one shard, as a sans-IO state machine.
 
-Events in (:class:`Pull`, :class:`Push`), instructions out (:class:`ApplyUpdate`,
-:class:`SendParameters`, :class:`IgnoreDuplicate`). No sockets, threads or clocks: the Dask
-adapter feeds it messages and carries out its instructions, and tests drive it directly.
+Events in (:data:`ShardEvent`: :class:`Pull`, :class:`Push`, :class:`Forget`, :class:`Stop`),
+instructions out (:data:`Instruction`: :class:`ApplyUpdate`, :class:`SendParameters`,
+:class:`DropPush`, :class:`IgnoreDuplicate`). Both are closed unions dispatched with ``match``
+and :func:`unhandled`, so a type checker reports a kind that a handler forgets. No sockets,
+threads or clocks: the Dask adapter feeds it messages and carries out its instructions, and
+tests drive it directly.
 
 ``sync``: a pull for step k is answered with the variables after k updates; the update for step
 k is applied once every worker has pushed its step-k gradient (their mean), exactly like
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,22 @@ class SendParameters:
 
 @dataclass(frozen=True)
 class IgnoreDuplicate:
+    """``worker``'s push for ``step`` was seen before (at-least-once delivery): nothing to do."""
+
     worker: int
     step: int
+
+
+# What a shard is told, and what it answers with.
+ShardEvent = Pull | Push | Forget | Stop
+Instruction = ApplyUpdate | SendParameters | DropPush | IgnoreDuplicate
+
+
+def unhandled(value: NoReturn) -> NoReturn:
+    """The last ``case`` of a ``match`` over a closed union (``typing.assert_never``, which
+    Python 3.10 lacks): a type checker accepts the call only where every kind was handled
+    above it, and at run time anything else is refused by name."""
+    raise TypeError(f"not handled here: {value!r}")
 
 
 @dataclass
@@ -99,7 +116,7 @@ class ShardProtocol:
     staleness_bound: int | None = None
     version: int = 0
     outstanding: dict[int, int] = field(default_factory=dict)  # worker -> version it read
-    waiting: deque = field(default_factory=deque)  # pulls not yet granted, oldest first
+    waiting: deque[Pull] = field(default_factory=deque)  # pulls not yet granted, oldest first
     pending: dict[int, dict[int, Any]] = field(
         default_factory=dict
     )  # sync: step -> worker -> grads
@@ -124,17 +141,24 @@ class ShardProtocol:
 
     # --- events ------------------------------------------------------------------------------
 
-    def handle(self, event: Pull | Push | Forget | Stop) -> list:
-        if isinstance(event, Pull):
-            self.waiting.append(event)
-            return self._grant_pulls()
-        if isinstance(event, Forget):
-            self.outstanding.pop(event.worker, None)
-            self.waiting = deque(pull for pull in self.waiting if pull.worker != event.worker)
-            return self._grant_pulls()
-        if isinstance(event, Stop):
-            self.total_updates = self.version
-            return self._grant_pulls()
+    def handle(self, event: ShardEvent) -> list[Instruction]:
+        match event:
+            case Pull():
+                self.waiting.append(event)
+                return self._grant_pulls()
+            case Forget(worker=gone):
+                self.outstanding.pop(gone, None)
+                self.waiting = deque(pull for pull in self.waiting if pull.worker != gone)
+                return self._grant_pulls()
+            case Stop():
+                self.total_updates = self.version
+                return self._grant_pulls()
+            case Push():
+                return self._push(event)
+            case _:
+                unhandled(event)
+
+    def _push(self, event: Push) -> list[Instruction]:
         if (event.worker, event.step) in self.applied:
             return [IgnoreDuplicate(event.worker, event.step)]
         self.applied.add((event.worker, event.step))
@@ -148,7 +172,7 @@ class ShardProtocol:
 
     # --- sync ----------------------------------------------------------------------------------
 
-    def _sync_push(self, push: Push) -> list:
+    def _sync_push(self, push: Push) -> list[Instruction]:
         if push.step != self.version:
             raise ValueError(
                 f"worker {push.worker} pushed step {push.step} while the shard is at {self.version}"
@@ -159,7 +183,7 @@ class ShardProtocol:
             return []
         del self.pending[push.step]
         order = tuple(sorted(arrived))
-        instructions: list = [
+        instructions: list[Instruction] = [
             ApplyUpdate(tuple(arrived[w] for w in order), self.version, (0,) * len(order), order)
         ]
         self.staleness_log.extend([0] * len(order))
@@ -170,10 +194,10 @@ class ShardProtocol:
 
     # --- async ---------------------------------------------------------------------------------
 
-    def _async_push(self, push: Push) -> list:
+    def _async_push(self, push: Push) -> list[Instruction]:
         staleness = self.version - push.read_version
         self.outstanding.pop(push.worker, None)
-        instructions: list = [
+        instructions: list[Instruction] = [
             ApplyUpdate((push.gradients,), self.version, (staleness,), (push.worker,))
         ]
         self.staleness_log.append(staleness)
@@ -195,7 +219,7 @@ class ShardProtocol:
         oldest = min([*others.values(), self.version])
         return self.version + len(others) - oldest <= self.staleness_bound
 
-    def _grant_pulls(self) -> list:
+    def _grant_pulls(self) -> list[Instruction]:
         if self.mode == "sync":
             # Every pull for the current version may go; pulls for the next step wait for the
             # update, which needs the slower workers' pushes, so they must not block them.
@@ -203,7 +227,7 @@ class ShardProtocol:
             for pull in ready:
                 self.waiting.remove(pull)
             return [SendParameters(p.worker, p.step, self.version) for p in ready]
-        granted = []
+        granted: list[Instruction] = []
         # Async: oldest first, stopping at the first pull that must wait (no overtaking, so no
         # starvation). Waiting here never blocks progress: the workers holding reads will push.
         while self.waiting and self._may_grant(self.waiting[0]):

@@ -21,6 +21,7 @@ import numpy as np
 from distributed.protocol import to_serialize
 
 from workbench.config import RunConfig
+from workbench.events.records import Phase, PhaseEvent, StepReport
 from workbench.ir import Executable
 from workbench.ir.ops.communication import RENDEZVOUS
 from workbench.optim import LearningRateSchedule, make_optimizer
@@ -37,16 +38,24 @@ from workbench.parallel.parameter_server.protocol import (
     ApplyUpdate,
     DropPush,
     Forget,
+    IgnoreDuplicate,
+    Instruction,
     Pull,
     Push,
     SendParameters,
     ShardProtocol,
     Stop,
+    unhandled,
 )
 from workbench.parallel.parameter_server.table_rendezvous import TableRendezvous
 from workbench.runtime.device_arrays import DeviceArrays
 from workbench.runtime.peer_transport import route, wire_of
-from workbench.runtime.worker_service import SERVICE_NAME, device_service
+from workbench.runtime.worker_service import (
+    SERVICE_NAME,
+    RpcHandler,
+    device_service,
+    dispatch_call,
+)
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,8 @@ class ShardSpec:
     total_updates: int | None = None  # free-running workers: the run's budget of updates
     backups: int = 0  # sync: pushes per step not waited for (--backup-workers)
     in_graph: bool = False
+    mode: str = "sync"  # --mode: sync or async
+    staleness: int | None = None  # --staleness: the async updates' bound (None: unbounded)
 
 
 class ParameterShard:
@@ -94,31 +105,43 @@ class ParameterShard:
         self.route = route(self.arrays.on_gpu, self.wire)
         self.state = {n: self.arrays.to_device(v) for n, v in spec.store.items()}
         self.state[RENDEZVOUS] = self.rendezvous
-        bound = config.staleness if config.mode == "async" else None
+        bound = spec.staleness if spec.mode == "async" else None
         # Versions count updates from the run's start: a step in sync mode, a push in async.
-        first_version = spec.first_step * (spec.workers if config.mode == "async" else 1)
+        first_version = spec.first_step * (spec.workers if spec.mode == "async" else 1)
         self.protocol = ShardProtocol(
             spec.workers,
-            config.mode,
+            spec.mode,
             bound,
             version=first_version,
             total_updates=spec.total_updates,
             backups=spec.backups,
         )
-        self.async_mode = config.mode == "async"
+        self.async_mode = spec.mode == "async"
         # Sync: the mean of the gradients applied (N, or N - B with backups). Async: each
         # worker's gradient counts 1/N, so a pass over the data moves the variables as far as
         # a synchronous pass would.
         self.scale = self.dtype(1.0 / spec.workers)
         self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"ps-shard-{spec.shard}")
         self.replies: dict[tuple[int, int], asyncio.Future] = {}
-        self.events: list[tuple] = []  # this shard's phases, handed over with snapshots
-        self.reports: list[dict] = []  # free-running workers' reports, until the client drains
+        self.events: list[PhaseEvent] = []  # this shard's phases, handed over with snapshots
+        self.reports: list[
+            StepReport
+        ] = []  # free-running workers' reports, until the client drains
 
     def clock(self) -> float:
         return time.time() - self.spec.clock_origin
 
     # --- RPC entry points (event loop) -------------------------------------------------------
+
+    def rpc_handlers(self) -> dict[str, RpcHandler]:
+        """What workers and the client may call (``dispatch_call``), and nothing else."""
+        return {
+            "pull": self.handle_pull,
+            "push": self.handle_push,
+            "forget": self.handle_forget,
+            "stop": self.handle_stop,
+            "drain": self.handle_drain,
+        }
 
     async def handle_pull(self, worker: int, step: int) -> dict[str, Any]:
         reply = asyncio.get_running_loop().create_future()
@@ -136,7 +159,12 @@ class ParameterShard:
         return {"version": version, "values": to_serialize(values), "done": self.protocol.done}
 
     async def handle_push(
-        self, worker: int, step: int, read_version: int, gradients: Any, report: Any = None
+        self,
+        worker: int,
+        step: int,
+        read_version: int,
+        gradients: Any,
+        report: StepReport | None = None,
     ) -> dict[str, Any]:
         if report is not None:  # a free-running worker's events and losses, for the client
             self.reports.append(report)
@@ -144,9 +172,9 @@ class ParameterShard:
         gradients = gradients.adopted(self.arrays)
         instructions = self.protocol.handle(Push(worker, step, read_version, gradients))
         self.events.append(
-            (
+            PhaseEvent(
                 self.spec.device,
-                "ps-push",
+                Phase.PS_PUSH,
                 step,
                 arrived,
                 arrived,
@@ -202,36 +230,31 @@ class ParameterShard:
 
     # --- instructions ----------------------------------------------------------------------------
 
-    async def _carry_out(self, instructions: list) -> None:
+    async def _carry_out(self, instructions: list[Instruction]) -> None:
         loop = asyncio.get_running_loop()
+        device = self.spec.device
         for instruction in instructions:
-            if isinstance(instruction, ApplyUpdate):
-                start = self.clock()
-                await loop.run_in_executor(self.thread, self._apply, instruction)
-                step = (
-                    instruction.version // self.spec.workers
-                    if self.async_mode
-                    else instruction.version
-                )
-                self.events.append((self.spec.device, "update", step, start, self.clock(), 0, 0))
-            elif isinstance(instruction, SendParameters):
-                values = await loop.run_in_executor(self.thread, self._serve, instruction.worker)
-                now = self.clock()
-                self.events.append(
-                    (
-                        self.spec.device,
-                        "ps-pull",
-                        instruction.step,
-                        now,
-                        now,
-                        int(values.nbytes),
-                        0,
-                        self.route,
+            match instruction:
+                case ApplyUpdate(version=version):
+                    start = self.clock()
+                    await loop.run_in_executor(self.thread, self._apply, instruction)
+                    step = version // self.spec.workers if self.async_mode else version
+                    self.events.append(PhaseEvent(device, Phase.UPDATE, step, start, self.clock()))
+                case SendParameters(worker=worker, step=step, version=version):
+                    values = await loop.run_in_executor(self.thread, self._serve, worker)
+                    now = self.clock()
+                    self.events.append(
+                        PhaseEvent(
+                            device, Phase.PS_PULL, step, now, now, int(values.nbytes), 0, self.route
+                        )
                     )
-                )
-                reply = self.replies.pop((instruction.worker, instruction.step), None)
-                if reply is not None and not reply.done():
-                    reply.set_result((instruction.version, values))
+                    reply = self.replies.pop((worker, step), None)
+                    if reply is not None and not reply.done():
+                        reply.set_result((version, values))
+                case DropPush() | IgnoreDuplicate():
+                    pass  # the push's reply says whether it was dropped; a duplicate needs none
+                case _:
+                    unhandled(instruction)
 
     def _serve(self, worker: int) -> Any:
         """Run the partition's sends; the pull reply is what they sent ``worker``."""
@@ -268,9 +291,10 @@ def setup_shard(spec: ShardSpec) -> str:
 
 
 async def call_shard(run_id: str, method: str, dask_worker=None, **arguments: Any) -> Any:
-    """``Client.run`` entry point: ``handle_<method>`` of the run's shard on this worker, on
-    its event loop (the client reaches a shard while workers' long tasks run)."""
+    """``Client.run`` entry point: ``method`` of the run's shard on this worker (one of its
+    ``rpc_handlers``), on its event loop (the client reaches a shard while workers' long tasks
+    run)."""
     shard = dask_worker.plugins[SERVICE_NAME].runs.get(run_id)
     if shard is None:
         raise RuntimeError(f"run {run_id} has no shard on {dask_worker.address}")
-    return await getattr(shard, f"handle_{method}")(**arguments)
+    return await dispatch_call(shard, method, arguments)

@@ -16,6 +16,7 @@ from typing import Any
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 
+from workbench.events.records import Phase, PhaseEvent, StepReport
 from workbench.ir import Executable
 from workbench.ir.ops.communication import RENDEZVOUS
 from workbench.parallel.collectives import StallError
@@ -32,6 +33,7 @@ from workbench.parallel.parameter_server.messages import (
 )
 from workbench.parallel.parameter_server.partitioner import VariablePiece
 from workbench.parallel.parameter_server.table_rendezvous import TableRendezvous
+from workbench.parallel.resident_steps import keep_resident
 from workbench.parallel.stop_gate import may_begin
 from workbench.parallel.towers import feed_parts
 from workbench.parallel.worker_spec import WorkerSpec
@@ -50,6 +52,8 @@ class ParameterServerWorkerSpec:
     # In-graph replication: the client's one graph, this worker running tower ``worker.rank``.
     # Between-graph (None): the worker builds its own graph, one tower.
     client_graph: ParameterServerGraph | None = None
+    mode: str = "sync"  # --mode: sync or async
+    compression: str = "none"  # --compression of the pushes (canonical)
 
 
 class ParameterServerWorker(GradientWorker):
@@ -61,7 +65,7 @@ class ParameterServerWorker(GradientWorker):
         self.pulls = [self.graph.pulls(k, self.tower) for k in range(len(spec.shard_devices))]
         self.pushes = [self.graph.pushes(k, self.tower) for k in range(len(spec.shard_devices))]
         self.loss_key = next(key for key in self.gradients.fetches if key.endswith("loss"))
-        compression = self.config.options.get("compression", "none")
+        compression = spec.compression
         self.encoder = (
             None
             if compression == "none"
@@ -146,7 +150,9 @@ class ParameterServerWorker(GradientWorker):
             out = self.gradients.run(feeds, self.state, self.xp)
         return self.rendezvous.sent, float(out[self.loss_key])
 
-    def _push(self, step: int, gradients: dict, versions: list[int], report=None) -> dict:
+    def _push(
+        self, step: int, gradients: dict, versions: list[int], report: StepReport | None = None
+    ) -> dict:
         """The gradients for each shard: bytes sent, staleness per shard, whether shard 0
         dropped it, and shard 0's version after it (``report`` rides on shard 0's push)."""
         pushed: dict[str, Any] = {"sent": 0, "dense": 0, "staleness": [], "dropped": False}
@@ -155,7 +161,8 @@ class ParameterServerWorker(GradientWorker):
             message = encode_push(
                 gradients, transfers, self.graph.row_sparse, self.xp, self.encoder
             )
-            extra = {"report": report} if shard == 0 and report is not None else {}
+            # Pickled, as the gradients are: the comm would turn its PhaseEvents into lists.
+            extra = {"report": to_serialize(report)} if shard == 0 and report is not None else {}
             reply = self._call(
                 shard,
                 step,
@@ -177,19 +184,25 @@ class ParameterServerWorker(GradientWorker):
                 pushed["staleness"].append(reply["staleness"])
         return pushed
 
-    def _phases(self, step, start, pulled, computed, received, pushed) -> list[tuple]:
-        last = "dropped" if pushed["dropped"] else "ps-push"
+    def _phases(
+        self, step: int, start: float, pulled: float, computed: float, received: int, pushed: dict
+    ) -> list[PhaseEvent]:
+        last = Phase.DROPPED if pushed["dropped"] else Phase.PS_PUSH
         return [
-            (self.device, "ps-pull", step, start, pulled, 0, received, self.route),
-            (self.device, "compute", step, pulled, computed, 0, 0),
-            (self.device, last, step, computed, self.clock(), pushed["sent"], 0, self.route),
+            PhaseEvent(self.device, Phase.PS_PULL, step, start, pulled, 0, received, self.route),
+            PhaseEvent(self.device, Phase.COMPUTE, step, pulled, computed),
+            PhaseEvent(
+                self.device, last, step, computed, self.clock(), pushed["sent"], 0, self.route
+            ),
         ]
 
-    def run(self, first: int, count: int, batches: list | None = None) -> dict[str, Any]:
-        events, losses, staleness, scalars = [], [], [], []
+    def run(self, first: int, count: int, batches: list | None = None) -> StepReport:
+        events: list[PhaseEvent] = []
+        losses: list[tuple[int, float | None]] = []
+        staleness, scalars = [], []
         for index, step in enumerate(range(first, first + count)):
             if not may_begin(self.spec.run_id, step):
-                break  # the run was stopped (docs/architecture.md, "Faults and stragglers")
+                break  # the run was stopped (docs/architecture/faults.md, "Faults and stragglers")
             self.current_step = step
             start = self.clock()
             versions, received, _ = self._pull(step)
@@ -207,12 +220,12 @@ class ParameterServerWorker(GradientWorker):
         """What this step's pushes would have been uncompressed (the compression summary)."""
         return ("gradient_bytes", step, pushed["dense"], self.device)
 
-    def run_free(self, first: int) -> dict[str, Any]:
+    def run_free(self, first: int) -> StepReport:
         """Free-running (async, or sync with backup workers): pull, compute, push at this
         worker's own pace until the shards say the run's updates are spent. Events, losses
         and staleness ride on each push to shard 0, for the client to drain while this runs;
         what is left comes back as the task's result."""
-        sync = self.config.mode == "sync"
+        sync = self.ps.mode == "sync"
         report = self._empty_report()
         step = first
         while True:
@@ -237,15 +250,14 @@ class ParameterServerWorker(GradientWorker):
             report["scalars"].append(self._gradient_bytes(progress, pushed))
             step += 1
 
-    def _empty_report(self) -> dict[str, Any]:
+    def _empty_report(self) -> StepReport:
         return {"device": self.device, "events": [], "losses": [], "staleness": [], "scalars": []}
 
 
-def run_free_steps(run_id: str, first: int) -> dict[str, Any]:
+def run_free_steps(run_id: str, first: int) -> StepReport:
     """Task: this worker's free-running loop for ``run_id`` (see ``run_free``)."""
     return device_service().runs[run_id].run_free(first)
 
 
 def setup_ps_worker(spec: ParameterServerWorkerSpec) -> str:
-    device_service().runs[spec.worker.run_id] = ParameterServerWorker(spec)
-    return spec.worker.device_names[spec.worker.rank]
+    return keep_resident(spec.worker, ParameterServerWorker(spec))

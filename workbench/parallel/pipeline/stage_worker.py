@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from workbench.data import GlobalBatchSampler, microbatch_rows, shard_rows
+from workbench.events.records import Phase, PhaseEvent, StepReport
 from workbench.ir import Executable
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.parallel.collectives import (
@@ -30,7 +31,7 @@ from workbench.parallel.collectives.compression import (
     dense_allreduce_bytes,
     parse_compression,
 )
-from workbench.parallel.pipeline.schedules import make_schedule
+from workbench.parallel.pipeline.schedules import FORWARD, make_schedule
 from workbench.parallel.pipeline.stages import (
     ACTIVATION,
     INPUT_GRADIENT,
@@ -39,15 +40,13 @@ from workbench.parallel.pipeline.stages import (
     build_stage_graphs,
     split_layers,
 )
+from workbench.parallel.resident_steps import ResidentProgram, keep_resident
 from workbench.parallel.stop_gate import may_begin
 from workbench.parallel.worker_spec import (
     WorkerSpec,
-    host_snapshot,
-    initial_state,
     training_data,
 )
 from workbench.runtime.peer_transport import PeerTransport
-from workbench.runtime.worker_service import device_service
 from workbench.training.graphs import (
     DROPOUT_SEED,
     LABELS,
@@ -60,16 +59,21 @@ from workbench.training.session import dropout_seed
 
 @dataclass(frozen=True)
 class StageSpec:
-    worker: WorkerSpec  # rank = stage
+    worker: WorkerSpec  # rank = replica * stages + stage
     stall_timeout: float
+    stages: int
+    microbatches: int  # per replica's batch, each step
+    schedule: str  # workbench.parallel.pipeline.schedules.SCHEDULE_NAMES
+    # How the stage groups' all-reduces compress (hybrid's --compression; a pipeline: none).
+    compression: str = "none"
 
 
-class StageWorker:
+class StageWorker(ResidentProgram):
     def __init__(self, spec: StageSpec) -> None:
         self.spec, worker = spec, spec.worker
         config = self.config = worker.run_config
         # Ranks are replica-major: rank = replica * stages + stage (a 2-D device mesh).
-        self.rank, self.stages = worker.rank, config.stages
+        self.rank, self.stages = worker.rank, spec.stages
         self.stage, self.replica = self.rank % self.stages, self.rank // self.stages
         self.replicas = len(worker.addresses) // self.stages
         self.first, self.last = self.stage == 0, self.stage == self.stages - 1
@@ -78,9 +82,9 @@ class StageWorker:
         optimizer = make_optimizer(config.optimizer)
         self.sampler = GlobalBatchSampler(len(dataset.y_train), config.batch_size, config.seed)
         self.schedule = LearningRateSchedule.from_config(config, optimizer, worker.total_steps)
-        self.microbatches = config.microbatches
+        self.microbatches = spec.microbatches
         self.replica_batch = config.batch_size // self.replicas
-        self.microbatch = self.replica_batch // config.microbatches
+        self.microbatch = self.replica_batch // spec.microbatches
         layers = split_layers(model, self.stages)[self.stage]
         graphs = build_stage_graphs(
             model, layers, self.microbatch, config.dtype, self.first, self.last
@@ -88,19 +92,14 @@ class StageWorker:
         self.names = graphs.parameter_names
         self.forward, self.backward = Executable(graphs.forward), Executable(graphs.backward)
         self.update = Executable(build_update_graph(model, optimizer, config.dtype, self.names))
-        self.device = worker.device
-        self.straggler = worker.straggler()
-        self.arrays = worker.device_arrays()
-        self.xp = self.arrays.xp
-        self.current_step = worker.total_steps
-        self.state = initial_state(worker, optimizer, self.arrays, self.names)
+        super().__init__(worker, optimizer, self.names)
         shapes = model.parameter_shapes()
         self.buckets = plan_buckets(
             {n: shapes[n] for n in self.names},
             np.dtype(config.dtype).itemsize,
             DEFAULT_BUCKET_BYTES,
         )
-        self.actions = make_schedule(config.schedule, self.stages, self.microbatches)[self.stage]
+        self.actions = make_schedule(spec.schedule, self.stages, self.microbatches)[self.stage]
         self.dtype = np.dtype(config.dtype).type
         if self.first or self.last:
             # The training set goes to the device once; each micro-batch gathers its rows there.
@@ -119,7 +118,7 @@ class StageWorker:
         )
         # Hybrid with --compression (top-k or PowerSGD): the stage group's all-reduce goes
         # through the codec, with this device's own error feedback.
-        self.compression = parse_compression(config.options.get("compression", "none"))
+        self.compression = parse_compression(spec.compression)
         self.codec = bucket_codec(
             self.compression,
             self.stage_group,
@@ -151,48 +150,54 @@ class StageWorker:
             feeds[DROPOUT_SEED] = dropout_seed(self.config.seed, step * 1000 + microbatch)
         return feeds
 
-    def _phase(self, events, phase, step, start, sent=0, received=0) -> None:
+    def _phase(
+        self, events: list[PhaseEvent], phase: Phase, step: int, start: float, sent=0, received=0
+    ) -> None:
         path = self.transport.paths_taken() if sent or received else ""
-        events.append((self.device, phase, step, start, self.clock(), sent, received, path))
+        events.append(
+            PhaseEvent(self.device, phase, step, start, self.clock(), sent, received, path)
+        )
 
-    def run(self, first: int, count: int) -> dict[str, Any]:
-        events: list[tuple] = []
+    def run(self, first: int, count: int) -> StepReport:
+        events: list[PhaseEvent] = []
         losses: list[tuple[int, float | None]] = []
         transport = self.transport
         for step in range(first, first + count):
             if not may_begin(self.spec.worker.run_id, step):
-                break  # the run was stopped (docs/architecture.md, "Faults and stragglers")
+                break  # the run was stopped (docs/architecture/faults.md, "Faults and stragglers")
             transport.step = self.current_step = step
             stashed: dict[int, Any] = {}
             totals: dict[str, Any] = {}
             step_loss = 0.0
             for action in self.actions:
                 m = action.microbatch
-                if action.kind == "F":
+                if action.kind == FORWARD:
                     start = self.clock()
                     if self.first:
                         stage_input = self.inputs[self._rows(step, m)]
                     else:
                         stage_input = transport.recv(self.rank - 1, f"s{step}/a{m}")
-                        self._phase(events, "recv", step, start, 0, stage_input.nbytes)
+                        self._phase(events, Phase.RECV, step, start, 0, stage_input.nbytes)
                     stashed[m] = stage_input
                     start = self.clock()
                     with self.straggler.computing():
                         feeds = self._feeds(step, m, stage_input)
                         out = self.forward.run(feeds, self.state, self.xp)
-                    self._phase(events, "compute", step, start)
+                    self._phase(events, Phase.COMPUTE, step, start)
                     if self.last:
                         step_loss += float(out["loss"]) / self.microbatches
                     else:
                         start = self.clock()
                         transport.send_async(self.rank + 1, f"s{step}/a{m}", out[ACTIVATION])
-                        self._phase(events, "send", step, start, out[ACTIVATION].nbytes)
+                        self._phase(events, Phase.SEND, step, start, out[ACTIVATION].nbytes)
                 else:
                     feeds = self._feeds(step, m, stashed.pop(m))
                     if not self.last:
                         start = self.clock()
                         feeds[OUTPUT_GRADIENT] = transport.recv(self.rank + 1, f"s{step}/g{m}")
-                        self._phase(events, "recv", step, start, 0, feeds[OUTPUT_GRADIENT].nbytes)
+                        self._phase(
+                            events, Phase.RECV, step, start, 0, feeds[OUTPUT_GRADIENT].nbytes
+                        )
                     start = self.clock()
                     with self.straggler.computing():
                         out = self.backward.run(feeds, self.state, self.xp)
@@ -202,23 +207,23 @@ class StageWorker:
                             totals[name] += grad
                         else:
                             totals[name] = grad.copy()
-                    self._phase(events, "compute", step, start)
+                    self._phase(events, Phase.COMPUTE, step, start)
                     if not self.first:
                         start = self.clock()
                         transport.send_async(self.rank - 1, f"s{step}/g{m}", out[INPUT_GRADIENT])
-                        self._phase(events, "send", step, start, out[INPUT_GRADIENT].nbytes)
+                        self._phase(events, Phase.SEND, step, start, out[INPUT_GRADIENT].nbytes)
             transport.flush()  # every activation and gradient of this step delivered
-            start = self.clock()
             if self.replicas > 1:
                 totals = self._average_over_replicas(step, totals, events)
+            start = self.clock()  # after the all-reduce, which is its own phase
             # The mean over equal micro-batches of every replica.
             scale = self.dtype(1.0 / (self.microbatches * self.replicas))
             feeds = {gradient_name(n): totals[n] * scale for n in self.names}
             feeds[LEARNING_RATE] = self.arrays.scalar(self.dtype(self.schedule(step)))
             self.update.run(feeds, self.state, self.xp)
-            self._phase(events, "update", step, start)
+            self._phase(events, Phase.UPDATE, step, start)
             losses.append((step, step_loss if self.last else None))
-        report: dict[str, Any] = {"events": events, "losses": losses}
+        report: StepReport = {"events": events, "losses": losses}
         if self.compression.compresses and losses:  # what the stage all-reduces would have sent
             dense = len(losses) * self._dense_allreduce_bytes()
             report["scalars"] = [("gradient_bytes", losses[-1][0], dense, self.device)]
@@ -232,7 +237,7 @@ class StageWorker:
             for b in self.buckets
         )
 
-    def _average_over_replicas(self, step: int, totals: dict, events: list) -> dict:
+    def _average_over_replicas(self, step: int, totals: dict, events: list[PhaseEvent]) -> dict:
         """Hybrid: ring all-reduce this stage's gradient sums with the same stage of every
         other replica (data parallelism along the mesh's other axis)."""
         start = self.clock()
@@ -243,7 +248,7 @@ class StageWorker:
             summed.update(bucket.unpack(self.codec.reduce(flat, f"s{step}/dp{index}", index)))
         self._phase(
             events,
-            "allreduce",
+            Phase.ALLREDUCE,
             step,
             start,
             self.transport.bytes_sent - sent,
@@ -251,10 +256,6 @@ class StageWorker:
         )
         return summed
 
-    def snapshot(self) -> dict[str, dict[str, np.ndarray]]:
-        return host_snapshot(self.arrays, self.state, self.names)
-
 
 def setup_stage(spec: StageSpec) -> str:
-    device_service().runs[spec.worker.run_id] = StageWorker(spec)
-    return spec.worker.device_names[spec.worker.rank]
+    return keep_resident(spec.worker, StageWorker(spec))

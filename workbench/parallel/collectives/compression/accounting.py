@@ -1,4 +1,4 @@
-"""What compression saved, from events only (docs/architecture.md, "Events").
+"""What compression saved, from events only (docs/architecture/events.md, "Events").
 
 The bytes that went are the gradient phases' own (``allreduce`` events, or ``ps-push`` for
 central storage). What the gradients would have been uncompressed is not measurable once they
