@@ -6,7 +6,7 @@ import pytest
 
 from workbench.calibration.probe import time_graph_nodes
 from workbench.config import RunConfig
-from workbench.costs import Calibration, collective_key
+from workbench.costs import STAGE_HANDOFF, Calibration, collective_key
 from workbench.launch.runner import run_training
 from workbench.models import build_model
 from workbench.optim import make_optimizer
@@ -91,19 +91,27 @@ def test_a_parameter_server_run_times_its_workers_pulls_and_pushes(store_root):
 
 
 @pytest.mark.integration
-def test_a_hybrid_run_times_its_stage_all_reduces_all_at_once(store_root):
+def test_a_hybrid_run_times_its_mesh_exchanges_as_its_stages_run_them(store_root):
     """On a 2 x 2 mesh each stage averages with the same stage of the other replica, both
-    groups at the same moment: each group's all-reduce is timed so, and the prediction plays
-    the measured time instead of the ring's messages."""
+    groups at the same moment, and hands its micro-batches to its neighbour while the other
+    stages compute: each is timed so, and the prediction plays these times instead of the
+    ring's messages and the idle links."""
     run = RunConfig(**{**RUN, "strategy": "hybrid", "devices": 4, "stages": 2, "hidden": (32, 32)})
     result = run_training(run, progress=lambda line: None)
     (cached,) = calibrations(store_root)
     d = list(cached.devices)
     groups = [[d[0], d[2]], [d[1], d[3]]]
-    assert set(cached.collectives) == {collective_key("ring", group) for group in groups}
+    handoffs = [[d[0], d[1]], [d[1], d[0]], [d[2], d[3]], [d[3], d[2]]]
+    assert set(cached.collectives) == {collective_key("ring", group) for group in groups} | {
+        collective_key(STAGE_HANDOFF, pair) for pair in handoffs
+    }
     for fit in cached.collectives.values():
-        assert 0 < fit.latency < 1.0 and fit.bandwidth > 0
+        assert 0 <= fit.latency < 1.0 and fit.bandwidth > 0
     reduced = [i for i in result.prediction.timeline.intervals if i.phase == "allreduce"]
     # The measured time, not the ring's chunks on the wire (only the meeting's empty notes).
     assert any(i.kind == "compute" and i.label == "allreduce" for i in reduced)
     assert not any(i.sent for i in reduced)
+    # An activation from stage 0 to stage 1 takes the hand-off's time, not the idle link's.
+    sent = [i for i in result.prediction.timeline.of(d[0], "send") if i.sent]
+    handoff = cached.collectives[collective_key(STAGE_HANDOFF, [d[0], d[1]])]
+    assert sent[0].duration == pytest.approx(sent[0].sent / handoff.bandwidth, rel=1e-6)

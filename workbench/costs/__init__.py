@@ -7,6 +7,7 @@ under, live here too.
 """
 
 from workbench.costs.calibration import (
+    STAGE_HANDOFF,
     Calibration,
     LinkFit,
     collective_key,
@@ -22,6 +23,7 @@ from workbench.costs.op_costs import (
 )
 
 __all__ = [
+    "STAGE_HANDOFF",
     "CalibratedCostModel",
     "Calibration",
     "CostModel",

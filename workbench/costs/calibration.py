@@ -83,6 +83,12 @@ def link_key(source: str, destination: str, wire: str = "peer") -> str:
     return f"{source} -> {destination}" + ("" if wire == "peer" else f" [{wire}]")
 
 
+# A send between neighbouring stages of a hybrid mesh, timed with both stages and the mesh's
+# other devices computing (workbench.calibration.stage_groups_probe), stored like a collective
+# over its two devices.
+STAGE_HANDOFF = "stage-handoff"
+
+
 def collective_key(
     algorithm: str, devices: Sequence[str], groups: Sequence[Sequence[str]] | None = None
 ) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from workbench.costs import STAGE_HANDOFF
 from workbench.models import Sequential
 from workbench.optim import Optimizer
 from workbench.parallel.collectives import plan_buckets
@@ -474,9 +475,11 @@ def hybrid_step(
     stage_of = {device: rank % stages for rank, device in enumerate(devices)}
 
     def mesh_link(source: str, destination: str) -> Link:
-        # Along a replica: the stages' activations; along a stage: its all-reduce's ring.
+        # Along a replica: the stages' activations, as timed between busy stages where
+        # calibration did (workbench.calibration.stage_groups_probe); along a stage: its ring.
         if stage_of[source] == stage_of[destination]:
             return costs.ring_link(source, destination)
-        return costs.peer_link(source, destination)
+        handoff = costs.measured_collective(STAGE_HANDOFF, [source, destination])
+        return handoff or costs.peer_link(source, destination)
 
     return StepPrograms(programs, mesh_link, stage_devices=tuple(devices[:stages]))

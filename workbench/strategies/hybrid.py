@@ -13,12 +13,19 @@ from typing import Any
 import numpy as np
 
 from workbench.calibration.run_start import RunCalibration
-from workbench.calibration.stage_groups_probe import measure_stage_allreduces, stage_groups
+from workbench.calibration.stage_groups_probe import (
+    HANDOFF_BUSY_SECONDS,
+    measure_handoffs,
+    measure_stage_allreduces,
+    neighbours,
+    stage_groups,
+)
 from workbench.config import ConfigError, RunConfig
-from workbench.costs import collective_key
+from workbench.costs import STAGE_HANDOFF, collective_key
 from workbench.events import EventLog
 from workbench.parallel.collectives import DEFAULT_BUCKET_BYTES
 from workbench.parallel.collectives.compression import compression_summary, parse_compression
+from workbench.parallel.pipeline.stages import split_layers
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import Known, Progress
 from workbench.strategies.options import COMPRESSION, HybridOptions
@@ -44,18 +51,34 @@ class Hybrid(Pipeline):
         config = job.config
         stages = config.options_of(HybridOptions).stages
         names = session.device_names
+        options = config.options_of(HybridOptions)
         keys = [
             collective_key("ring", [names[rank] for rank in group])
             for group in stage_groups(len(names), stages)
+        ] + [
+            collective_key(STAGE_HANDOFF, [names[rank] for rank in pair])
+            for first, second in neighbours(len(names), stages)
+            for pair in ((first, second), (second, first))
         ]
+        model = job.model
         itemsize = np.dtype(config.dtype).itemsize
-        gradient_bytes = sum(math.prod(s) for s in job.model.parameter_shapes().values()) * itemsize
+        gradient_bytes = sum(math.prod(s) for s in model.parameter_shapes().values()) * itemsize
+        micro = config.batch_size // (len(names) // stages) // options.microbatches
+        boundaries = split_layers(model, stages)[:-1]
+        handoff_bytes = max(micro * math.prod(model.shapes[b.stop]) for b in boundaries) * itemsize
 
         def measure(missing: list[str]) -> dict:
             fits = measure_stage_allreduces(
                 session,
                 stages,
                 min(DEFAULT_BUCKET_BYTES, gradient_bytes),
+                stall_timeout=config.stall_timeout,
+            )
+            fits |= measure_handoffs(
+                session,
+                stages,
+                handoff_bytes,
+                HANDOFF_BUSY_SECONDS,
                 stall_timeout=config.stall_timeout,
             )
             return {"collectives": fits}
