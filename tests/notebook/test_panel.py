@@ -23,6 +23,7 @@ def test_after_a_run_the_chart_sources_hold_every_streamed_point(shell):
     started = time.monotonic()
     run.wait(120)
     panel.updater.join(30)
+    panel.ticker.join(30)  # its last tick (after the run ended) is on its own thread
     elapsed = time.monotonic() - started
     sources = panel.charts.sources
     assert list(sources["loss"].data["step"]) == list(range(8))

@@ -42,6 +42,44 @@ def _collective(transport, bucket, key: str, kind: str, groups):
     return allreduce(transport, bucket, key, kind, groups, True)
 
 
+def two_sizes(largest: int) -> list[int]:
+    """The sizes a collective is timed at: the smallest of :data:`TRANSFER_SIZES` (what any
+    collective pays) and ``largest`` bytes (the biggest the run moves at once), so the fit is
+    exact where the run's full buckets are and interpolates the rest.
+
+    Examples
+    --------
+    >>> two_sizes(1 << 20), two_sizes(100)
+    ([1024, 1048576], [1024, 2048])
+    """
+    smallest = TRANSFER_SIZES[0]
+    return [smallest, max(largest // 4 * 4, 2 * smallest)]
+
+
+def timed_at_each_size(
+    transport: PeerTransport,
+    sizes: Sequence[int],
+    repeats: int,
+    name: str,
+    run: Callable[[Any, str], None],
+) -> list[tuple[int, float]]:
+    """``repeats`` runs of ``run(tensor, key)`` on float32 tensors of each of ``sizes`` bytes,
+    every rank starting each together after a barrier (the wait for a late rank is not the
+    exchange's cost). Returns ``(bytes, median seconds)`` as this rank saw them."""
+    results = []
+    for nbytes in sizes:
+        times = []
+        for index in range(repeats):
+            bucket = np.ones(nbytes // 4, np.float32)
+            key = f"calibrate/{name}/{nbytes}/{index}"
+            ring_barrier(transport, key + "/barrier")
+            start = time.perf_counter()
+            run(bucket, key)
+            times.append(time.perf_counter() - start)
+        results.append((nbytes, statistics.median(times)))
+    return results
+
+
 def time_collective(
     run_id: str,
     rank: int,
@@ -59,30 +97,24 @@ def time_collective(
     them."""
     transport = PeerTransport(run_id, rank, addresses, device_names, stall_timeout)
     communication = ThreadPoolExecutor(1, thread_name_prefix="allreduce")
-    results = []
     try:
         # One untimed all-reduce first: the transport's first uses (opening channels, probing
         # shared memory) are not any size's cost.
         warm = np.ones(max(sizes[0] // 4, transport.size), np.float32)
         ring_barrier(transport, "calibrate/warm/barrier")
         _collective(transport, warm, "calibrate/warm", kind, groups)
-        for nbytes in sizes:
-            times = []
-            for index in range(repeats):
-                bucket = np.ones(nbytes // 4, np.float32)
-                key = f"calibrate/{kind}/{nbytes}/{index}"
-                ring_barrier(transport, key + "/barrier")
-                start = time.perf_counter()
-                if kind in CENTRAL_KINDS:
-                    total = _collective(transport, bucket, key, kind, groups)
-                else:
-                    total = communication.submit(
-                        _collective, transport, bucket, key, kind, groups
-                    ).result()
-                if total is not None and kind != "broadcast":
-                    total *= 1.0 / transport.size  # the replica's mean, as it takes it
-                times.append(time.perf_counter() - start)
-            results.append((nbytes, statistics.median(times)))
+
+        def run(bucket, key: str) -> None:
+            if kind in CENTRAL_KINDS:
+                total = _collective(transport, bucket, key, kind, groups)
+            else:
+                total = communication.submit(
+                    _collective, transport, bucket, key, kind, groups
+                ).result()
+            if total is not None and kind != "broadcast":
+                total *= 1.0 / transport.size  # the replica's mean, as it takes it
+
+        results = timed_at_each_size(transport, sizes, repeats, kind, run)
         # No rank drops the channels while a peer still hands a segment back through them.
         ring_barrier(transport, "calibrate/done")
     finally:
@@ -137,8 +169,7 @@ def measure_collective(
     the fit is exact where the run's full buckets are and interpolates its last one."""
     if len(session.addresses) < 2:
         return {}
-    smallest = TRANSFER_SIZES[0]
-    sizes = [smallest, max(largest // 4 * 4, 2 * smallest)]
+    sizes = two_sizes(largest)
     gathered = on_every_device(
         session,
         time_collective,

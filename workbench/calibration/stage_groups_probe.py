@@ -31,8 +31,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from workbench.calibration.collectives_probe import on_every_device
-from workbench.calibration.probe import TRANSFER_SIZES, ring_barrier
+from workbench.calibration.collectives_probe import (
+    on_every_device,
+    timed_at_each_size,
+    two_sizes,
+)
+from workbench.calibration.probe import ring_barrier
 from workbench.costs import STAGE_HANDOFF, LinkFit, collective_key, fit_link
 from workbench.parallel.collectives import SubgroupTransport, allreduce
 from workbench.runtime.cluster import ClusterSession
@@ -51,44 +55,6 @@ def stage_groups(devices: int, stages: int) -> list[list[int]]:
     """
     replicas = devices // stages
     return [[replica * stages + stage for replica in range(replicas)] for stage in range(stages)]
-
-
-def time_stage_allreduces(
-    run_id: str,
-    rank: int,
-    addresses: list[str],
-    device_names: list[str],
-    stages: int,
-    sizes: Sequence[int],
-    repeats: int,
-    stall_timeout: float,
-) -> list[tuple[int, float]]:
-    """Task on every device of the mesh: ``repeats`` ring all-reduces of float32 tensors of
-    each of ``sizes`` bytes within this rank's stage group, every group at once. Returns
-    ``(bytes, median seconds)`` as this rank saw them."""
-    transport = PeerTransport(run_id, rank, addresses, device_names, stall_timeout)
-    group = SubgroupTransport(transport, stage_groups(len(addresses), stages)[rank % stages])
-    results = []
-    try:
-        # One untimed round first: opening channels and probing shared memory is not a cost
-        # of any size.
-        ring_barrier(transport, "calibrate/stages/warm/barrier")
-        allreduce(group, np.ones(max(sizes[0] // 4, group.size), np.float32), "warm")
-        for nbytes in sizes:
-            times = []
-            for index in range(repeats):
-                bucket = np.ones(nbytes // 4, np.float32)
-                key = f"calibrate/stages/{nbytes}/{index}"
-                ring_barrier(transport, key + "/barrier")
-                start = time.perf_counter()
-                allreduce(group, bucket, key)
-                times.append(time.perf_counter() - start)
-            results.append((nbytes, statistics.median(times)))
-        # No rank drops the channels while a peer still hands a segment back through them.
-        ring_barrier(transport, "calibrate/stages/done")
-    finally:
-        device_service().forget(run_id)
-    return results
 
 
 _WORK = 128  # side of the matrices a device multiplies to stay busy
@@ -115,66 +81,80 @@ def _busy_until(stop: threading.Event) -> None:
         _multiply()
 
 
-def time_handoffs(
+def _time_handoffs(
+    transport: PeerTransport, stages: int, sizes: Sequence[int], repeats: int, busy: float
+) -> list[tuple[int, float]]:
+    """Each pair of neighbouring stages in turn ping-pongs tensors of each of ``sizes`` bytes,
+    each side computing ``busy`` seconds before it sends (as a stage computes a micro-batch
+    before it hands it on), while every other device computes. Returns ``(bytes, one-way
+    seconds)`` medians for the pair this rank starts (half a round trip less the other side's
+    compute), empty for the others."""
+    rank, results = transport.rank, []
+    for first, second in neighbours(transport.size, stages):
+        key = f"calibrate/handoff/{first}-{second}"
+        ring_barrier(transport, key + "/barrier")
+        if rank == first:
+            for nbytes in sizes:
+                payload, times = np.ones(nbytes // 4, np.float32), []
+                for index in range(repeats + 1):
+                    _busy_for(busy)
+                    start = time.perf_counter()
+                    transport.send(second, f"{key}/{nbytes}/{index}", payload)
+                    transport.recv(second, f"{key}/{nbytes}/{index}/echo")
+                    times.append(max(time.perf_counter() - start - busy, 0.0) / 2)
+                results.append((nbytes, statistics.median(times[1:])))
+            for other in set(range(transport.size)) - {first, second}:
+                transport.send(other, key + "/done", np.zeros(1, np.float32))
+        elif rank == second:
+            for nbytes in sizes:
+                for index in range(repeats + 1):
+                    echoed = transport.recv(first, f"{key}/{nbytes}/{index}")
+                    _busy_for(busy)
+                    transport.send(first, f"{key}/{nbytes}/{index}/echo", echoed)
+        else:
+            stop = threading.Event()
+            spinner = threading.Thread(target=_busy_until, args=(stop,), daemon=True)
+            spinner.start()
+            try:
+                transport.recv(first, key + "/done")
+            finally:
+                stop.set()
+                spinner.join()
+    return results
+
+
+def time_mesh(
     run_id: str,
     rank: int,
     addresses: list[str],
     device_names: list[str],
     stages: int,
-    sizes: Sequence[int],
+    reduce_sizes: Sequence[int],
+    handoff_sizes: Sequence[int],
     repeats: int,
-    busy_seconds: float,
+    busy: float,
     stall_timeout: float,
-) -> list[tuple[int, int, float]]:
-    """Task on every device of the mesh: each pair of neighbouring stages in turn ping-pongs
-    tensors of each of ``sizes`` bytes, each side computing ``busy_seconds`` before it sends
-    (as a stage computes a micro-batch before it hands the result on), while every other
-    device computes. Returns ``(bytes, peer, one-way seconds)`` medians for the pairs this
-    rank starts: half of a round trip less the other side's compute."""
+) -> dict[str, list[tuple[int, float]]]:
+    """Task on every device of the mesh: the stage all-reduces of ``reduce_sizes`` bytes (all
+    groups at once), then the hand-offs of ``handoff_sizes`` bytes between neighbouring
+    stages (:func:`_time_handoffs`). Returns this rank's ``(bytes, median seconds)``:
+    ``reduce`` as it saw its group's all-reduces, ``handoff`` for the pair it starts."""
     transport = PeerTransport(run_id, rank, addresses, device_names, stall_timeout)
-    results = []
+    group = SubgroupTransport(transport, stage_groups(len(addresses), stages)[rank % stages])
     try:
-        for first, second in neighbours(len(addresses), stages):
-            key = f"calibrate/handoff/{first}-{second}"
-            ring_barrier(transport, key + "/barrier")
-            if rank in (first, second):
-                peer = second if rank == first else first
-                for nbytes in sizes:
-                    payload = np.ones(nbytes // 4, np.float32)
-                    times = []
-                    for index in range(repeats + 1):
-                        message = f"{key}/{nbytes}/{index}"
-                        if rank == first:
-                            _busy_for(busy_seconds)
-                            start = time.perf_counter()
-                            transport.send(peer, message, payload)
-                            transport.recv(peer, message + "/echo")
-                            trip = time.perf_counter() - start
-                            times.append(max(trip - busy_seconds, 0.0) / 2)
-                        else:
-                            transport.recv(peer, message)
-                            _busy_for(busy_seconds)
-                            transport.send(peer, message + "/echo", payload)
-                    if rank == first:
-                        results.append((nbytes, second, statistics.median(times[1:])))
-                if rank == first:
-                    token = np.zeros(1, np.float32)
-                    for other in range(transport.size):
-                        if other not in (first, second):
-                            transport.send(other, key + "/done", token)
-            else:
-                stop = threading.Event()
-                spinner = threading.Thread(target=_busy_until, args=(stop,), daemon=True)
-                spinner.start()
-                try:
-                    transport.recv(first, key + "/done")
-                finally:
-                    stop.set()
-                    spinner.join()
-        ring_barrier(transport, "calibrate/handoff/done")
+        # One untimed round first: opening channels and probing shared memory is not a cost
+        # of any size.
+        ring_barrier(transport, "calibrate/stages/warm/barrier")
+        allreduce(group, np.ones(max(reduce_sizes[0] // 4, group.size), np.float32), "warm")
+        reduced = timed_at_each_size(
+            transport, reduce_sizes, repeats, "stages", lambda t, key: allreduce(group, t, key)
+        )
+        handed = _time_handoffs(transport, stages, handoff_sizes, repeats, busy)
+        # No rank drops the channels while a peer still hands a segment back through them.
+        ring_barrier(transport, "calibrate/mesh/done")
     finally:
         device_service().forget(run_id)
-    return results
+    return {"reduce": reduced, "handoff": handed}
 
 
 def neighbours(devices: int, stages: int) -> list[tuple[int, int]]:
@@ -192,51 +172,32 @@ def neighbours(devices: int, stages: int) -> list[tuple[int, int]]:
     ]
 
 
-def measure_handoffs(
+def measure_mesh(
     session: ClusterSession,
     stages: int,
-    largest: int,
-    busy_seconds: float,
-    repeats: int = 5,
-    stall_timeout: float = 60.0,
-) -> dict[str, LinkFit]:
-    """Each neighbouring pair's hand-off on the session's mesh (see :func:`time_handoffs`),
-    fitted per pair and stored for both directions under :data:`STAGE_HANDOFF`."""
-    count = len(session.addresses)
-    if count // stages < 2:
-        return {}
-    smallest = TRANSFER_SIZES[0]
-    sizes = [smallest, max(largest // 4 * 4, 2 * smallest)]
-    gathered = on_every_device(
-        session, time_handoffs, "handoff", stages, sizes, repeats, busy_seconds, stall_timeout
-    )
-    names = session.device_names
-    fits = {}
-    for first, second in neighbours(count, stages):
-        fit = fit_link(sorted((n, s) for n, _, s in gathered[first]))
-        for pair in ((first, second), (second, first)):
-            fits[collective_key(STAGE_HANDOFF, [names[rank] for rank in pair])] = fit
-    return fits
-
-
-def measure_stage_allreduces(
-    session: ClusterSession,
-    stages: int,
-    largest: int,
+    reduce_bytes: int,
+    handoff_bytes: int,
+    busy: float = HANDOFF_BUSY_SECONDS,
     repeats: int = 3,
     stall_timeout: float = 60.0,
 ) -> dict[str, LinkFit]:
-    """Each stage group's all-reduce on the session's mesh (see
-    :func:`time_stage_allreduces`), fitted: ``{collective_key: fit}``, one per group. Two
-    sizes: the smallest of :data:`TRANSFER_SIZES` and ``largest`` bytes (the biggest bucket a
-    stage reduces)."""
+    """The session's mesh timed (:func:`time_mesh`) and fitted: ``{collective_key: fit}``, a
+    ``ring`` per stage group (up to ``reduce_bytes``, the biggest bucket a stage reduces) to
+    its slowest rank, and a ``STAGE_HANDOFF`` per neighbouring pair, both directions (up to
+    ``handoff_bytes``, the biggest activation between stages)."""
     count = len(session.addresses)
     if count // stages < 2:
         return {}
-    smallest = TRANSFER_SIZES[0]
-    sizes = [smallest, max(largest // 4 * 4, 2 * smallest)]
     gathered = on_every_device(
-        session, time_stage_allreduces, "stages", stages, sizes, repeats, stall_timeout
+        session,
+        time_mesh,
+        "mesh",
+        stages,
+        two_sizes(reduce_bytes),
+        two_sizes(handoff_bytes),
+        repeats,
+        busy,
+        stall_timeout,
     )
     names = session.device_names
     fits = {}
@@ -244,8 +205,13 @@ def measure_stage_allreduces(
         # A group's all-reduce ends when its slowest rank has the result.
         slowest: dict[int, float] = {}
         for rank in ranks:
-            for nbytes, seconds in gathered[rank]:
+            for nbytes, seconds in gathered[rank]["reduce"]:
                 slowest[nbytes] = max(slowest.get(nbytes, 0.0), seconds)
-        group = [names[rank] for rank in ranks]
-        fits[collective_key("ring", group)] = fit_link(sorted(slowest.items()))
+        fits[collective_key("ring", [names[rank] for rank in ranks])] = fit_link(
+            sorted(slowest.items())
+        )
+    for first, second in neighbours(count, stages):
+        fit = fit_link(sorted(gathered[first]["handoff"]))
+        for pair in ((first, second), (second, first)):
+            fits[collective_key(STAGE_HANDOFF, [names[rank] for rank in pair])] = fit
     return fits

@@ -13,13 +13,7 @@ from typing import Any
 import numpy as np
 
 from workbench.calibration.run_start import RunCalibration
-from workbench.calibration.stage_groups_probe import (
-    HANDOFF_BUSY_SECONDS,
-    measure_handoffs,
-    measure_stage_allreduces,
-    neighbours,
-    stage_groups,
-)
+from workbench.calibration.stage_groups_probe import measure_mesh, neighbours, stage_groups
 from workbench.config import ConfigError, RunConfig
 from workbench.costs import STAGE_HANDOFF, collective_key
 from workbench.events import EventLog
@@ -65,21 +59,15 @@ class Hybrid(Pipeline):
         gradient_bytes = sum(math.prod(s) for s in model.parameter_shapes().values()) * itemsize
         micro = config.batch_size // (len(names) // stages) // options.microbatches
         boundaries = split_layers(model, stages)[:-1]
-        handoff_bytes = max(micro * math.prod(model.shapes[b.stop]) for b in boundaries) * itemsize
+        # A one-stage mesh (replicas only) hands nothing on.
+        handoff_bytes = itemsize * max(
+            (micro * math.prod(model.shapes[b.stop]) for b in boundaries), default=0
+        )
 
         def measure(missing: list[str]) -> dict:
-            fits = measure_stage_allreduces(
-                session,
-                stages,
-                min(DEFAULT_BUCKET_BYTES, gradient_bytes),
-                stall_timeout=config.stall_timeout,
-            )
-            fits |= measure_handoffs(
-                session,
-                stages,
-                handoff_bytes,
-                HANDOFF_BUSY_SECONDS,
-                stall_timeout=config.stall_timeout,
+            reduce_bytes = min(DEFAULT_BUCKET_BYTES, gradient_bytes)
+            fits = measure_mesh(
+                session, stages, reduce_bytes, handoff_bytes, stall_timeout=config.stall_timeout
             )
             return {"collectives": fits}
 
