@@ -32,6 +32,7 @@ from workbench.models import MODEL_NAMES
 from workbench.optim import DECAY_RULES, OPTIMIZER_NAMES, SCALING_RULES
 
 DTYPE_NAMES = ("float32", "float64")
+PRECISION_NAMES = ("fp32", "mixed-fp16", "mixed-bf16")
 DEVICE_TYPE_NAMES = ("auto", "cpu", "gpu")
 PROTOCOL_NAMES = ("tcp", "ucx")
 CLUSTER_SCHEMES = ("tcp", "tls", "ucx", "ucxx")
@@ -182,6 +183,9 @@ class RunConfig:
     optimizer: str = "momentum"
     seed: int = 0
     dtype: str = "float32"
+    precision: str = "fp32"
+    recompute: str = "none"
+    accumulate: int = 1
     device_type: str = "auto"
     share_gpu: bool = False
     # An address; from Python also a distributed.Client or a Dask cluster object (stored and
@@ -404,6 +408,25 @@ RUN_OPTIONS: tuple[Option, ...] = (
     _run_option("optimizer", str, "optimizer", choices=OPTIMIZER_NAMES),
     _run_option("seed", int, "seed for initialisation, data order, dropout", minimum=0),
     _run_option("dtype", str, "floating-point type", choices=DTYPE_NAMES),
+    _run_option(
+        "precision",
+        str,
+        "fp32, or 16-bit compute with float32 master weights and dynamic loss scaling",
+        choices=PRECISION_NAMES,
+    ),
+    _run_option(
+        "recompute",
+        str,
+        "activations recomputed in backward instead of kept: none, full (every layer) or "
+        "layer names like dense_0,relu_0",
+    ),
+    _run_option(
+        "accumulate",
+        int,
+        "micro-steps per step: gradients of K slices of the batch summed, one exchange and "
+        "one update",
+        minimum=1,
+    ),
     _run_option("device_type", str, "device type", choices=DEVICE_TYPE_NAMES),
     _run_option(
         "share_gpu",
