@@ -27,7 +27,8 @@ from benchmarks.suite import (
 
 PROG = "python -m benchmarks"
 
-# Each suite's one-line summary, by name; its module is benchmarks/NAME_suite.py, imported only
+# Each suite's one-line summary, by name; its module is benchmarks/NAME_suite.py (a hyphen in
+# NAME as an underscore), imported only
 # when the suite runs or shows its help.
 SUITES: dict[str, str] = {
     "step": "one SGD step of the MLP 784-512-512-10: workbench vs hand-written NumPy vs PyTorch",
@@ -54,6 +55,7 @@ SUITES: dict[str, str] = {
     "cli": "how fast dtrain --help, --version, a flag typo and %load_ext workbench answer",
     "latency": "seconds from starting a mirrored 2-device run to its record, cluster, data, "
     "first step and first chart point",
+    "memory-plan": "predicted vs measured peak memory per device, every strategy and option",
     "placement": "model-parallel on 2 devices, --placement greedy vs balanced-params: MLP "
     "784-256-2048-2048-256-10, CNN",
 }
@@ -61,7 +63,8 @@ SUITES: dict[str, str] = {
 
 def load(name: str) -> Suite:
     """The module of the suite ``name`` (a key of :data:`SUITES`)."""
-    return cast(Suite, importlib.import_module(f"benchmarks.{name}_suite"))
+    module = name.replace("-", "_")  # memory-plan: benchmarks/memory_plan_suite.py
+    return cast(Suite, importlib.import_module(f"benchmarks.{module}_suite"))
 
 
 def _json_flag(parser: argparse.ArgumentParser) -> None:

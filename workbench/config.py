@@ -418,7 +418,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "recompute",
         str,
         "activations recomputed in backward instead of kept: none, full (every layer) or "
-        "layer names like dense_0,relu_0",
+        "layer names like dense_0,dense_1",
     ),
     _run_option(
         "accumulate",

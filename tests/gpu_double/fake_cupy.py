@@ -13,6 +13,8 @@ Where the workbench meets CuPy, the double is as strict as CuPy 14.2 and distrib
   ``DTRAIN_FAKE_GPU_MEMORY_ERROR`` says: ``pool`` (default; the memory pool's
   :class:`OutOfMemoryError`), ``cuda-runtime`` (:class:`CUDARuntimeError` 2, the allocator
   without the pool) or ``cublas`` (:class:`CUBLASError` 3, inside a matrix product).
+- Arrays hold only the dtypes CuPy's do: bfloat16 as CuPy 14 with ml_dtypes, or refused as
+  CuPy 13 refuses it with ``DTRAIN_FAKE_CUPY_BFLOAT16=0``.
 - Work queued on the stream (the double's NCCL reductions) finishes in the background; any
   later device operation waits for it first, as kernels on one stream run in order.
 - The GPUs: ``DTRAIN_FAKE_GPUS`` physical ones (default 2), narrowed by
@@ -32,6 +34,7 @@ import os
 import sys
 import threading
 import types
+import weakref
 
 import numpy as np
 
@@ -173,6 +176,21 @@ def _check_allocation(nbytes: int, inside: str = "allocation") -> None:
     raise OutOfMemoryError(nbytes)
 
 
+# The dtypes CuPy's arrays may hold (cupy/_core/_dtype.pyx ``all_type_chars``); bfloat16 joins
+# them in CuPy 14 when ml_dtypes imports and NumPy is >= 2.1.2 (cupy/_core/_scalar.pyx
+# ``_setup_type_dict``). CuPy 13 refuses it: ``ValueError: Unsupported dtype bfloat16``
+# (cupy/_core/core.pyx ``_array_default``). ``DTRAIN_FAKE_CUPY_BFLOAT16=0`` plays CuPy 13.
+_TYPE_CHARS = "?bhilqBHILQefdFD"
+
+
+def _check_dtype(dtype: np.dtype) -> None:
+    if dtype.char in _TYPE_CHARS:
+        return
+    if dtype.name == "bfloat16" and os.environ.get("DTRAIN_FAKE_CUPY_BFLOAT16", "1") != "0":
+        return
+    raise ValueError(f"Unsupported dtype {dtype}")
+
+
 def _refuse_host(value, where: str):
     raise TypeError(
         f"Unsupported type {type(value)} in {where}: a NumPy array reached a device operation "
@@ -211,9 +229,12 @@ class ndarray:
     __array_ufunc__ = None  # NumPy's ufuncs must not take it: np.add(x, y) raises TypeError
 
     def __init__(self, host: np.ndarray, device: int = 0) -> None:
+        _check_dtype(host.dtype)
         _check_allocation(host.nbytes)
         self._host = host
         self.device = Device(device)
+        if host.base is None:  # a view shares its base's allocation, as CuPy's views do
+            _default_memory_pool._allocate(self, host.nbytes)
 
     # --- what CuPy refuses ----------------------------------------------------------------
     def __array__(self, *args, **kwargs):
@@ -312,16 +333,27 @@ class ndarray:
 _PRODUCTS = {"__matmul__", "__rmatmul__", "matmul", "dot", "tensordot"}
 
 
-def _product_checked(name: str, result):
-    """cuBLAS's own allocations fail inside a product (``DTRAIN_FAKE_GPU_MEMORY_ERROR``)."""
+def _product_checked(name: str, result, operands=()):
+    """cuBLAS's own allocations fail inside a product (``DTRAIN_FAKE_GPU_MEMORY_ERROR``). A
+    product of bfloat16 arrays is bfloat16, as CuPy's (cupy/_core/_routines_linalg.pyx gives
+    the output the operands' dtype); ml_dtypes' NumPy product answers float32."""
     if name in _PRODUCTS and isinstance(result, np.ndarray):
         _check_allocation(result.nbytes, "matmul")
+        arrays = [o for o in operands if isinstance(o, np.ndarray)]
+        # builtins': this module's all and any are CuPy's.
+        if arrays and builtins.all(a.dtype.name == "bfloat16" for a in arrays):
+            if name != "tensordot" and builtins.any(a.ndim > 2 for a in arrays):
+                # CuPy 14's batched product takes bfloat16 for an integer type and fails
+                # (cupy/_core/_routines_linalg.pyx ``matmul``: dtype.char not in 'efdFD').
+                raise TypeError("data type 'E' not understood")
+            result = result.astype(arrays[0].dtype)
     return result
 
 
 def _binary(name: str):
     def forward(self, other):
-        return _wrap(_product_checked(name, getattr(self._ready(), name)(_unwrap(other, name))))
+        host, operand = self._ready(), _unwrap(other, name)
+        return _wrap(_product_checked(name, getattr(host, name)(operand), (host, operand)))
 
     return forward
 
@@ -382,8 +414,9 @@ def _function(numpy_function, name: str):
             if not isinstance(out, ndarray):
                 _refuse_host(out, f"{name}(out=)")
             kwargs["out"] = out._host
-        result = numpy_function(*_unwrap(args, name), **_unwrap_kwargs(kwargs, name))
-        return out if out is not None else _wrap(_product_checked(name, result))
+        arrays = _unwrap(args, name)
+        result = numpy_function(*arrays, **_unwrap_kwargs(kwargs, name))
+        return out if out is not None else _wrap(_product_checked(name, result, arrays))
 
     device_function.__name__ = name
     return device_function
@@ -463,6 +496,11 @@ class _Add:
     def at(self, target, indices, values) -> None:
         if not isinstance(target, ndarray):
             _refuse_host(target, "add.at")
+        if target.dtype.name == "bfloat16":  # cupy/_core/_routines_indexing.pyx _scatter_op
+            raise TypeError(
+                "cupy.add.at only supports int32, int64, float16, float32, float64, uint32, "
+                "uint64 as data type"
+            )
         np.add.at(target._host, _unwrap(indices, "add.at"), _unwrap(values, "add.at"))
 
 
@@ -499,6 +537,84 @@ def _as_strided(x, shape=None, strides=None, **kwargs):
 
 
 lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(as_strided=_as_strided))
+
+
+# --- the memory pool -------------------------------------------------------------------------
+# ``cupy/cuda/memory.pyx``: every allocation is rounded up to 512 bytes (``_allocation_unit_size``)
+# and comes from the default pool, which keeps a freed block cached for the next allocation
+# (``total_bytes`` = ``used_bytes`` + ``free_bytes``) until ``free_all_blocks``.
+_ALLOCATION_UNIT = 512
+
+
+class MemoryPool:
+    """``cupy.cuda.MemoryPool``'s figures over the double's allocations: a freed block is
+    cached and reused by a later allocation no larger than it (the real pool also splits and
+    merges blocks; the double keeps whole ones). This module's ``sum`` and ``min`` are the
+    device functions, hence ``builtins``."""
+
+    def __init__(self, allocator=None) -> None:
+        # Re-entrant: a collected array's finalizer may free its block inside an allocation.
+        self._lock = threading.RLock()
+        self._used = 0
+        self._free: list[int] = []  # cached block sizes
+        self._limit = 0
+
+    def _allocate(self, owner: object, nbytes: int) -> None:
+        size = -(-nbytes // _ALLOCATION_UNIT) * _ALLOCATION_UNIT
+        if size == 0:
+            return
+        with self._lock:
+            fitting = [block for block in self._free if block >= size]
+            if fitting:
+                size = builtins.min(fitting)
+                self._free.remove(size)
+            elif self._limit and self._used + builtins.sum(self._free) + size > self._limit:
+                raise OutOfMemoryError(size, self._used + builtins.sum(self._free), self._limit)
+            self._used += size
+        weakref.finalize(owner, self._release, size)
+
+    def _release(self, size: int) -> None:
+        with self._lock:
+            self._used -= size
+            self._free.append(size)
+
+    def free_all_blocks(self, stream=None) -> None:
+        with self._lock:
+            self._free = []
+
+    def n_free_blocks(self) -> int:
+        with self._lock:
+            return len(self._free)
+
+    def used_bytes(self) -> int:
+        with self._lock:
+            return self._used
+
+    def free_bytes(self) -> int:
+        with self._lock:
+            return builtins.sum(self._free)
+
+    def total_bytes(self) -> int:
+        with self._lock:
+            return self._used + builtins.sum(self._free)
+
+    def set_limit(self, size=None, fraction=None) -> None:
+        if size is not None and fraction is not None:
+            raise ValueError("size and fraction cannot be specified at the same time")
+        if fraction is not None:
+            raise NotImplementedError("the CPU double has no device memory to take a fraction of")
+        self._limit = int(size or 0)
+
+    def get_limit(self) -> int:
+        return self._limit
+
+
+_default_memory_pool = MemoryPool()
+
+
+def get_default_memory_pool() -> MemoryPool:
+    """``cupy.get_default_memory_pool()``: the pool every device array comes from."""
+    return _default_memory_pool
 
 
 # --- how distributed serializes these arrays ------------------------------------------------

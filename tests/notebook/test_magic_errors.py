@@ -74,6 +74,8 @@ MALFORMED = [
     ("--precision fp8", None, ["--precision", "fp32", "mixed-fp16", "mixed-bf16"]),
     ("--accumulate 0", None, ["--accumulate"]),
     ("--accumulate x", None, ["--accumulate", "'x'"]),
+    ("--strategy sharded --devices 2 --zero-stage 4", None, ["--zero-stage", "got 4"]),
+    ("--recompute dense_7", None, ["--recompute", "'dense_7'", "flatten_0, dense_0"]),
     ("--strategy parameter-server --devices 2 --ps 0", None, ["--ps"]),
     ("--mode sometimes", None, ["--mode", "sync", "async"]),
     ("--staleness -1 --mode async", None, ["--staleness"]),
@@ -162,6 +164,7 @@ MALFORMED = [
     ("panel now", None, ["panel", "no arguments"]),
     ("compare --devices 2", None, ["compare", "name the strategies first"]),
     ("plan --what-if-cluster dgx-h900", None, ["plan", "--what-if-cluster", "dgx-h900"]),
+    ("plan --memory-per-device lots", None, ["plan", "--memory-per-device", "'lots'", "GiB"]),
     ("plan --strategy one-device", None, ["plan", "--strategy", "model-parallel"]),
     ("list", "x = 1", ["list", "takes no cell"]),
     ("--steps 3", "", ["cell body is empty"]),  # IPython's own check

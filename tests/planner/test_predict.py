@@ -101,7 +101,7 @@ def test_parameter_servers_add_the_shard_devices():
         config(strategy="parameter-server", devices=2, ps=2), MODEL, OPTIMIZER, costs()
     )
     assert len(prediction.devices) == 4
-    assert all(prediction.memory_bytes[device] > 0 for device in prediction.devices)
+    assert all(prediction.memory_bytes[device].total > 0 for device in prediction.devices)
 
 
 def test_what_is_not_predicted_is_refused_by_its_flag():

@@ -46,6 +46,7 @@ def test_every_strategy_is_ranked_fastest_first_with_a_reason_for_each_loser():
     assert strategies == {
         "one-device",
         "mirrored",
+        "sharded",
         "central-storage",
         "parameter-server",
         "model-parallel",

@@ -19,6 +19,7 @@ from workbench.strategies import STRATEGIES, StrategyDefinition, validate_config
 EXPECTED = (
     "one-device",
     "mirrored",
+    "sharded",
     "central-storage",
     "multi-worker-mirrored",
     "parameter-server",

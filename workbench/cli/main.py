@@ -22,7 +22,8 @@ USAGE = """usage: dtrain <command> [flags]      dtrain --version
 commands:
   run     train a model with a parallel strategy (dtrain run --help)
   plan    show how the master places and partitions the run's client graph (same flags);
-          --what-if: predict every strategy for this model, batch and cluster, ranked
+          --what-if: predict every strategy for this model, batch and cluster, ranked, with
+          its peak memory per device (--memory-per-device SIZE marks what does not fit)
   calibrate  time the devices, links and dispatch of the run's cluster (cached)
   bench   from a source checkout: the benchmark suites (python -m benchmarks --help)
   export  write a stored run's events for other tools: --tensorboard DIR RUN_ID
@@ -115,21 +116,30 @@ def _what_if(config: RunConfig, request: PlanRequest) -> int:
     from workbench.launch.errors import USER_ERRORS
     from workbench.launch.runner import stderr_progress
     from workbench.launch.what_if import plan_what_if
-    from workbench.planner.what_if import format_table
+    from workbench.planner.what_if import format_table, memory_summary
     from workbench.runtime.cluster import ClusterError
     from workbench.safe_io import strict_dumps
 
     try:
-        plan = plan_what_if(config, request.what_if_cluster, stderr_progress)
+        plan = plan_what_if(
+            config, request.what_if_cluster, stderr_progress, request.memory_per_device
+        )
     except (*USER_ERRORS, ClusterError) as error:
         print(f"dtrain plan: error: {error}", file=sys.stderr)
         return 2
     if config.json:
         configurations = [row.to_dict() for row in plan.rows]
-        print(strict_dumps({"source": plan.source, "configurations": configurations}, indent=2))
+        document = {
+            "source": plan.source,
+            "memory_per_device": plan.memory_capacity,
+            "fitting": sum(row.fits for row in plan.rows if row.prediction is not None),
+            "configurations": configurations,
+        }
+        print(strict_dumps(document, indent=2))
         return 0
     print(f"what if: {config.model}, batch {config.batch_size}, {plan.source}")
     print(format_table(plan.rows))
+    print(memory_summary(plan.rows, plan.memory_capacity))
     return 0
 
 

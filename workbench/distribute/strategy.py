@@ -35,6 +35,7 @@ from workbench.parallel.parameter_server.worker_loop import setup_ps_worker
 from workbench.strategies import STRATEGIES, ClusterStrategy, StrategyDefinition, validate_config
 from workbench.strategies.data_parallel import DataParallel
 from workbench.strategies.parameter_server import ParameterServer
+from workbench.strategies.sharded import Sharded
 
 # Which replica context lends each device program to step functions (by its setup task).
 REPLICA_CONTEXTS: dict[Callable, type] = {
@@ -300,7 +301,10 @@ class Strategy:
                 "with its own replica graph: use replication='between-graph' (in-graph builds "
                 "the one client graph fit runs)",
             )
-        if isinstance(definition, ClusterStrategy) and not isinstance(definition, DataParallel):
+        # A sharded replica keeps parameter shards, which step functions cannot be lent.
+        if isinstance(definition, ClusterStrategy) and (
+            not isinstance(definition, DataParallel) or isinstance(definition, Sharded)
+        ):
             raise ConfigError(
                 "strategy",
                 f"{type(self).__name__}.run: custom training loops run on one device, on "

@@ -12,9 +12,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import ml_dtypes  # noqa: F401 - registers bfloat16 with NumPy, so np.dtype("bfloat16") works
 import numpy as np
 
-DTYPES = ("float16", "float32", "float64", "int32", "int64", "bool")
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int32", "int64", "bool")
+# The 16-bit floating-point types: mixed precision computes in one of these.
+HALF_DTYPES = ("float16", "bfloat16")
 
 
 @dataclass(frozen=True)

@@ -108,10 +108,19 @@ class MemoryLedger:
     def hold_array(self, category: str, array: Any) -> None:
         """Count the buffer ``array`` views (nothing for a non-array, such as a Python
         scalar)."""
-        buffer = buffer_of(array)
+        self.hold_value(category, array)
+
+    def hold_value(self, category: str, array: Any) -> Hashable | None:
+        """:meth:`hold_array`, returning the key it held ``array``'s buffer under (None for a
+        non-array): :meth:`release` of it is :meth:`release_array` without finding the buffer
+        again (how the interpreter counts every value it computes)."""
+        buffer = array if getattr(array, "base", None) is None else buffer_of(array)
         nbytes = getattr(buffer, "nbytes", None)
-        if nbytes is not None:
-            self.hold(category, id(buffer), int(nbytes))
+        if nbytes is None:
+            return None
+        key = id(buffer)
+        self.hold(category, key, int(nbytes))
+        return key
 
     def release_array(self, array: Any) -> None:
         buffer = buffer_of(array)

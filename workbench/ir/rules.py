@@ -105,7 +105,7 @@ def same_dtype(op: str, *types: TensorType) -> str:
 
 
 def is_float(dtype: str) -> bool:
-    return dtype.startswith("float")
+    return dtype.startswith("float") or dtype == "bfloat16"
 
 
 def require_float(op: str, t: TensorType) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workbench.config import RUN_OPTIONS, ConfigError, Option, RunConfig, check_run_options
+from workbench.launch.memory_size import parse_memory_size
 from workbench.strategies import STRATEGIES, validate_config
 
 
@@ -265,16 +266,20 @@ class PlanRequest:
 
     what_if: bool = False
     what_if_cluster: str | None = None
+    memory_per_device: int | None = None  # bytes: rows needing more are marked
 
 
 def parse_plan_flags(argv: Sequence[str]) -> tuple[RunConfig, PlanRequest]:
-    """The run's flags plus ``--what-if`` and ``--what-if-cluster SPEC`` (which implies it).
+    """The run's flags plus ``--what-if`` and ``--what-if-cluster SPEC`` (which implies it),
+    and ``--memory-per-device SIZE`` (which implies ``--what-if``).
 
     Examples
     --------
     >>> config, request = parse_plan_flags(["--devices", "2", "--what-if-cluster", "dgx-h100"])
     >>> config.devices, request.what_if, request.what_if_cluster
     (2, True, 'dgx-h100')
+    >>> parse_plan_flags(["--memory-per-device", "1.5GB"])[1].memory_per_device
+    1500000000
     """
     parser = build_parser("dtrain plan")
     plan = parser.add_argument_group("plan options")
@@ -291,8 +296,26 @@ def parse_plan_flags(argv: Sequence[str]) -> tuple[RunConfig, PlanRequest]:
         "cloud-8xv100-25g, laptop) and/or fields like "
         "hosts=16,gpus-per-host=8,intra=nvlink:300GB/s,inter=200Gb/s",
     )
+    plan.add_argument(
+        "--memory-per-device",
+        metavar="SIZE",
+        type=_memory_size,
+        help="with --what-if: each device's memory (16GiB, 512MiB, 1.5GB, or bytes); rows "
+        "whose predicted peak needs more are marked and ranked last (default: a described "
+        "cluster's device memory, none on the local cluster)",
+    )
     values = vars(parser.parse_args(list(argv)))
     cluster = values.pop("what_if_cluster")
-    what_if = values.pop("what_if") or cluster is not None
+    memory = values.pop("memory_per_device")
+    what_if = values.pop("what_if") or cluster is not None or memory is not None
     # A what-if plan tries every strategy: only the run options must hold.
-    return _config(values, strategy_rules=not what_if), PlanRequest(what_if, cluster)
+    config = _config(values, strategy_rules=not what_if)
+    return config, PlanRequest(what_if, cluster, memory)
+
+
+def _memory_size(text: str) -> int:
+    """argparse's converter for ``--memory-per-device`` (its error names the flag)."""
+    try:
+        return parse_memory_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None

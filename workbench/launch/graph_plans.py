@@ -8,6 +8,7 @@ from typing import Any
 from workbench.config import ConfigError, RunConfig
 from workbench.optim import make_optimizer
 from workbench.strategies import STRATEGIES
+from workbench.strategies.recomputation import check_recompute
 
 
 def graph_plan(config: RunConfig, model: Any) -> Any:
@@ -17,6 +18,7 @@ def graph_plan(config: RunConfig, model: Any) -> Any:
     to train (a run's checks, before the plan)."""
     strategy = STRATEGIES[config.strategy]
     strategy.check_model(config, model)
+    check_recompute(config, model)
     plan = strategy.graph_plan(config, model, make_optimizer(config.optimizer))
     if plan is None:
         raise ConfigError(

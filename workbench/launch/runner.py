@@ -20,17 +20,23 @@ from workbench.dashboard import DashboardObserver
 from workbench.data import Dataset, DatasetError, GlobalBatchSampler, load_dataset
 from workbench.events import EventLog, summarize
 from workbench.events.faults import failure_reasons
+from workbench.events.memory_summary import largest_peak_line, memory_summary
 from workbench.launch.machine_limits import build_checked_model, check_local_devices
 from workbench.launch.tensorboard_run import LiveTensorBoard
 from workbench.models import Sequential
 from workbench.optim import LearningRateSchedule, init_slots, make_optimizer
+from workbench.parallel.mixed_precision import precision_summary
 from workbench.planner.device_costs import measured_costs
 from workbench.planner.predict import PlanningError, Prediction, predict
 from workbench.runtime import array_module, resolve_device_type
+from workbench.runtime.cluster import local_device_type
 from workbench.runtime.cluster_target import ClusterError, ClusterTarget, read_scheduler_file
 from workbench.runtime.scheduler_probe import SchedulerProbeError, probe_scheduler
 from workbench.strategies import STRATEGIES, StrategyDefinition, validate_config
+from workbench.strategies.accumulation import accumulation_summary, describe_accumulation
 from workbench.strategies.cluster_strategy import ClusterStrategy
+from workbench.strategies.precision import check_precision_on_device
+from workbench.strategies.recomputation import check_recompute
 from workbench.training.job import Progress, TrainingJob, TrainOutcome, evaluate_on_test
 from workbench.training.run_checkpoint import save_run_checkpoint
 
@@ -136,6 +142,14 @@ def prepare_run(
     if target.address is not None or target.scheduler_file is not None:
         check_scheduler_reachable(target)
     device_type = resolve_device_type(config.device_type) if in_process else config.device_type
+    if config.precision == "mixed-bf16" and (in_process or target.starts_its_own):
+        # This machine's GPUs compute the run: their CuPy says whether it has bfloat16.
+        here = (
+            device_type
+            if in_process
+            else local_device_type(device_type, local_devices, config.share_gpu)
+        )
+        check_precision_on_device(config, here)
     checkpoint = load_checkpoint(config.resume) if config.resume else None
     if checkpoint is not None:
         _check_resume(config, checkpoint.config)
@@ -173,6 +187,7 @@ def prepare_run(
         raise ConfigError("--steps", f"the checkpoint is already at step {first_step} > {steps}")
     schedule = LearningRateSchedule.from_config(config, optimizer, steps)
     strategy.check_model(config, model)
+    check_recompute(config, model)
 
     job = TrainingJob(
         config=config,
@@ -247,7 +262,8 @@ def _train_and_summarize(prepared: PreparedRun, log: EventLog, progress: Progres
     steps, first_step = job.total_steps, job.first_step
     progress(
         f"[{config.strategy}] {model.name} on {dataset.name}: {steps - first_step} steps "
-        f"of batch {config.batch_size}, {config.dtype}, {device_type}"
+        f"of batch {config.batch_size}{describe_accumulation(config)}, {config.dtype}, "
+        f"{device_type}"
     )
     outcome = strategy.train(config, job, log, progress)
     trained, device_type, faults = outcome.trained, outcome.device_type, outcome.faults
@@ -271,6 +287,8 @@ def _train_and_summarize(prepared: PreparedRun, log: EventLog, progress: Progres
         "steps": completed - first_step,
         "first_step": first_step,
         "global_batch_size": config.batch_size,
+        # --accumulate: micro-steps per step, and the rows each computes on a replica.
+        **accumulation_summary(config),
         "final_loss": losses[-1].value if losses else None,
         "test_loss": test_loss,
         "test_accuracy": test_accuracy,
@@ -286,9 +304,12 @@ def _train_and_summarize(prepared: PreparedRun, log: EventLog, progress: Progres
         "recovery_seconds": [round(s, 3) for s in faults.recovery_seconds],
         # Why each failure happened, and where the run restarted from (status.json's too).
         "failure_reasons": failure_reasons(log.events),
+        # What each device held at most, measured (docs/guide/command-line.md).
+        "memory": memory_summary(log, devices),
     }
     if faults.devices is not None and faults.devices != len(devices):
         summary["devices_at_end"] = faults.devices  # an elastic run that lost devices
+    summary.update(precision_summary(config.precision, log))
     extra = strategy.summary_fields(config, log, devices)
     for entry, more in zip(summary["per_device"], extra.pop("per_device", ())):
         entry.update(more)  # e.g. a parameter server's updates per worker
@@ -302,4 +323,7 @@ def _train_and_summarize(prepared: PreparedRun, log: EventLog, progress: Progres
         f"[{config.strategy}] test accuracy {test_accuracy:.4f}  test loss {test_loss:.4f}  "
         f"{figures['samples_per_second']:,.0f} samples/s"
     )
+    peak_line = largest_peak_line(summary["memory"])
+    if peak_line:
+        progress(f"[{config.strategy}] {peak_line}")
     return RunResult(summary, parameters, optimizer_state, log, prediction)

@@ -32,6 +32,7 @@ from workbench.planner.what_if import (
 from workbench.runtime.cluster_target import ClusterTarget
 from workbench.simulate import ClusterDescription, parse_cluster
 from workbench.store import RunStore
+from workbench.strategies.recomputation import check_recompute
 from workbench.training.graphs import build_training_graph
 from workbench.training.job import Progress
 
@@ -41,19 +42,30 @@ class WhatIfPlan:
     rows: list[WhatIfRow]
     source: str  # where the costs came from, for the heading
     devices: int
+    # Each device's memory the rows were judged against (None: not given, nothing marked).
+    memory_capacity: int | None = None
 
 
-def plan_what_if(config: RunConfig, cluster_text: str | None, progress: Progress) -> WhatIfPlan:
+def plan_what_if(
+    config: RunConfig,
+    cluster_text: str | None,
+    progress: Progress,
+    memory_per_device: int | None = None,
+) -> WhatIfPlan:
     """The ranked table for ``config``'s model and batch: on the described cluster
-    ``cluster_text`` (``--what-if-cluster``) or on the live one, calibrated."""
+    ``cluster_text`` (``--what-if-cluster``) or on the live one, calibrated. Rows whose
+    largest device's predicted peak exceeds ``memory_per_device`` bytes
+    (``--memory-per-device``; a described cluster's devices' own memory when not given) are
+    marked as not fitting."""
     model = model_for(config)
+    check_recompute(config, model)
     optimizer = make_optimizer(config.optimizer)
     if cluster_text is not None:
         try:
             cluster = parse_cluster(cluster_text)
         except ValueError as error:
             raise ConfigError("--what-if-cluster", str(error)) from None
-        return _described(config, model, optimizer, cluster)
+        return _described(config, model, optimizer, cluster, memory_per_device)
     store = RunStore()
     calibrated = calibrate_cluster(config, model, progress, store)
     if calibrated.measured:
@@ -75,7 +87,7 @@ def plan_what_if(config: RunConfig, cluster_text: str | None, progress: Progress
     # The one-device row as it trains: in this process, timed here.
     rows = [row for row in rows if row.strategy != "one-device"] + one
     source = f"calibrated on {config.devices} local devices ({costs.source})"
-    return WhatIfPlan(rank_rows(rows), source, config.devices)
+    return WhatIfPlan(rank_rows(rows, memory_per_device), source, config.devices, memory_per_device)
 
 
 def _run_costs(
@@ -105,20 +117,17 @@ def _run_costs(
 
 
 def _described(
-    config: RunConfig, model: Sequential, optimizer, cluster: ClusterDescription
+    config: RunConfig,
+    model: Sequential,
+    optimizer,
+    cluster: ClusterDescription,
+    memory_per_device: int | None,
 ) -> WhatIfPlan:
     costs: DeviceCosts = described_costs(cluster)
-    rows = what_if(
-        config,
-        model,
-        optimizer,
-        costs,
-        cluster.size,
-        cluster.devices,
-        cluster.device.memory_capacity_bytes,
-    )
+    capacity = memory_per_device or cluster.device.memory_capacity_bytes
+    rows = what_if(config, model, optimizer, costs, cluster.size, cluster.devices, capacity)
     source = (
         f"described: {cluster.name}, {cluster.hosts} hosts x {cluster.devices_per_host} "
         f"{cluster.device.name}"
     )
-    return WhatIfPlan(rows, source, cluster.size)
+    return WhatIfPlan(rows, source, cluster.size, capacity)

@@ -22,6 +22,7 @@ from workbench.models import build_model
 from workbench.parallel.model_parallel.graph import ModelParallelPlan, Prediction
 from workbench.parallel.pipeline.stages import split_layers
 from workbench.passes import Partitioned
+from workbench.passes.recompute import RECOMPUTED
 from workbench.runtime import device_name
 from workbench.strategies import validate_config
 from workbench.strategies.options import PipelineOptions
@@ -83,6 +84,13 @@ def partition_figure(
                 across[column].append(cell)
 
     title = f"partitioned graph: {len(devices)} devices, {len(sends)} Send/Recv pairs"
+    recomputed = sum(
+        node.name.endswith(f"/{RECOMPUTED}")
+        for graph in partitioned.partitions.values()
+        for node in graph.nodes
+    )
+    if recomputed:  # --recompute's clones (workbench/passes/recompute.py)
+        title += f", {recomputed} nodes recomputed in backward"
     lanes = list(devices)
     if prediction is not None:
         busy = prediction.schedule.busy

@@ -44,8 +44,9 @@ subcommands:
                         --compression may list values too (--compression none,fp16,topk:0.01):
                         one run per strategy and value
   %dtrain plan [flags]  the run's placed and partitioned graph, drawn
-  %dtrain plan --what-if [--what-if-cluster SPEC] [flags]
-                        every strategy predicted for this model, batch and cluster, ranked
+  %dtrain plan --what-if [--what-if-cluster SPEC] [--memory-per-device SIZE] [flags]
+                        every strategy predicted for this model, batch and cluster, ranked,
+                        with each one's peak memory per device (marked where it does not fit)
 
 %%dtrain [flags]: the cell builds the model with the Python API and binds it to ``model``.
 """
@@ -189,7 +190,10 @@ class WorkbenchMagics(Magics):
         try:
             config, request = parse_plan_flags(arguments)
             if request.what_if:
-                return WhatIfTable(plan_what_if(config, request.what_if_cluster, print))
+                plan = plan_what_if(
+                    config, request.what_if_cluster, print, request.memory_per_device
+                )
+                return WhatIfTable(plan)
             return plan_view(config)
         except (*USER_ERRORS, ClusterError) as error:
             raise UsageError(f"%dtrain plan: {error}") from None

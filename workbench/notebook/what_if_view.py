@@ -7,7 +7,12 @@ from collections.abc import Sequence
 from html import escape
 
 from workbench.launch.what_if import WhatIfPlan
-from workbench.planner.what_if import describe_options, format_table
+from workbench.planner.what_if import (
+    describe_options,
+    format_table,
+    megabytes,
+    memory_summary,
+)
 
 COLUMNS = (
     ("strategy", "strategy"),
@@ -15,7 +20,9 @@ COLUMNS = (
     ("predicted_step_ms", "step ms"),
     ("samples_per_second", "samples/s"),
     ("bytes_per_device", "MB sent / device"),
-    ("memory_per_device", "MB memory / device"),
+    ("memory_per_device", "peak MB / device"),
+    ("memory_device", "peak on"),
+    ("fits", "fits"),
     ("bubble", "bubble"),
     ("reason", "loses by"),
 )
@@ -30,6 +37,9 @@ class WhatIfTable:
 
     def __init__(self, plan: WhatIfPlan) -> None:
         self.source = plan.source
+        self.memory = memory_summary(plan.rows, plan.memory_capacity)
+        # Whether each row fits says something only against a memory size.
+        self.columns = [column for column in COLUMNS if column[0] != "fits" or plan.memory_capacity]
         self.rows = [row.to_dict() for row in plan.rows]
         # Named as the CLI's table names them (every option, compression included).
         self.options = [describe_options(row.options) for row in plan.rows]
@@ -40,9 +50,13 @@ class WhatIfTable:
         if key == "options":
             return self.options[index]
         value = row.get(key)
+        if key == "fits":
+            return "-" if value is None else "yes" if value else "NO"
         if value is None:
             return "-"
-        if key in ("bytes_per_device", "memory_per_device"):
+        if key == "memory_per_device":
+            return megabytes(value)
+        if key == "bytes_per_device":
             return f"{value / 1e6:,.2f}"
         if key == "samples_per_second":
             return f"{value:,.0f}"
@@ -51,20 +65,20 @@ class WhatIfTable:
         return str(value)
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{escape(title)}</th>" for _, title in COLUMNS)
+        head = "".join(f"<th>{escape(title)}</th>" for _, title in self.columns)
         body = "".join(
             "<tr>"
-            + "".join(f"<td>{escape(self._cell(index, key))}</td>" for key, _ in COLUMNS)
+            + "".join(f"<td>{escape(self._cell(index, key))}</td>" for key, _ in self.columns)
             + "</tr>"
             for index in range(len(self.rows))
         )
         return (
-            f"<p>what if: {escape(self.source)}</p>"
+            f"<p>what if: {escape(self.source)}</p><p>{escape(self.memory)}</p>"
             f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
         )
 
     def __repr__(self) -> str:
-        return f"what if: {self.source}\n{self._text}"
+        return f"what if: {self.source}\n{self.memory}\n{self._text}"
 
 
 def prediction_chart(

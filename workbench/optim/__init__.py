@@ -1,5 +1,13 @@
 """Optimizers (state as slot variables updated in place) and learning-rate schedules."""
 
+from workbench.optim.master_weights import (
+    PRECISION_DTYPES,
+    compute_copies,
+    compute_copy_name,
+    compute_dtype,
+    is_compute_copy,
+    without_compute_copies,
+)
 from workbench.optim.optimizers import (
     OPTIMIZER_NAMES,
     SGD,
@@ -16,6 +24,7 @@ from workbench.optim.schedules import DECAY_RULES, SCALING_RULES, LearningRateSc
 __all__ = [
     "DECAY_RULES",
     "OPTIMIZER_NAMES",
+    "PRECISION_DTYPES",
     "SCALING_RULES",
     "SGD",
     "Adam",
@@ -23,7 +32,12 @@ __all__ = [
     "Momentum",
     "Optimizer",
     "OptimizerError",
+    "compute_copies",
+    "compute_copy_name",
+    "compute_dtype",
     "emit_updates",
     "init_slots",
+    "is_compute_copy",
     "make_optimizer",
+    "without_compute_copies",
 ]

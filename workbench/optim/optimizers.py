@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from workbench.ir import Tensor, ops
+from workbench.optim.master_weights import emit_refresh
 
 OPTIMIZER_NAMES = ("sgd", "momentum", "adam")
 
@@ -112,11 +113,17 @@ def emit_updates(
     grads: Sequence[Tensor],
     learning_rate: Tensor,
     after: Sequence[str],
+    compute_dtype: str | None = None,
 ) -> list:
-    return [
-        optimizer.emit_update(params[name], grad, learning_rate, name, after)
-        for name, grad in zip(params, grads)
-    ]
+    """One update per parameter; with a 16-bit ``compute_dtype`` (mixed precision) each
+    update of a master weight is followed by the refresh of its 16-bit copy."""
+    updates = []
+    for name, grad in zip(params, grads):
+        update = optimizer.emit_update(params[name], grad, learning_rate, name, after)
+        updates.append(update)
+        if compute_dtype is not None:
+            updates.append(emit_refresh(params[name], name, compute_dtype, update))
+    return updates
 
 
 def init_slots(optimizer: Optimizer, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

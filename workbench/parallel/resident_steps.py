@@ -18,6 +18,7 @@ import numpy as np
 from workbench.optim import Optimizer
 from workbench.parallel.worker_spec import WorkerSpec, host_snapshot, initial_state
 from workbench.runtime.device_arrays import out_of_memory_cause
+from workbench.runtime.device_memory import DeviceMemory
 from workbench.runtime.worker_service import device_service
 
 
@@ -39,6 +40,8 @@ class ResidentProgram:
         self.xp = self.arrays.xp
         self.current_step = worker.total_steps
         self.state = initial_state(worker, optimizer, self.arrays, self.names)
+        # What the device measures of its memory (workbench.runtime.device_memory).
+        self.memory = DeviceMemory(self.device, self.xp)
 
     def snapshot(self) -> dict[str, dict[str, np.ndarray]]:
         """Host copies of the variables and slots: what the client gathers at the end."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from workbench.config import RunConfig
 from workbench.data import Dataset, ModelInputs
-from workbench.optim import init_slots
+from workbench.optim import compute_copies, compute_dtype, init_slots, without_compute_copies
 from workbench.parallel.straggler import SimulatedStraggler
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.device_arrays import DeviceArrays
@@ -100,7 +100,8 @@ def make_worker_spec(
 def initial_state(spec: WorkerSpec, optimizer, device: DeviceArrays, names=None) -> dict[str, Any]:
     """Writable variables and optimizer slots for ``names`` (default: every parameter), on
     ``device``: the resumed checkpoint's if there is one, else freshly initialised from the
-    run's seed."""
+    run's seed. With ``--precision mixed-*`` the parameters are the float32 master weights and
+    each has its 16-bit copy beside it (:mod:`workbench.optim.master_weights`)."""
     config = spec.run_config
     params = spec.initial_parameters or spec.model.init_parameters(config.seed, config.dtype)
     if names is not None:
@@ -108,14 +109,18 @@ def initial_state(spec: WorkerSpec, optimizer, device: DeviceArrays, names=None)
     slots = init_slots(optimizer, params)
     if spec.initial_optimizer_state:
         slots = {name: spec.initial_optimizer_state[name] for name in slots}
-    return {name: device.to_device(value) for name, value in {**params, **slots}.items()}
+    copies = compute_copies(params, compute_dtype(config.precision))
+    state = {**params, **slots, **copies}
+    return {name: device.to_device(value) for name, value in state.items()}
 
 
 def host_snapshot(device: DeviceArrays, state: dict[str, Any], names) -> dict[str, dict]:
     """Host copies of a device's variables (``names``) and its other entries (optimizer
-    slots): what the client gathers at the end of a run."""
+    slots): what the client gathers at the end of a run (not mixed precision's 16-bit copies,
+    which the masters give again)."""
     names = set(names)
-    tensors = {n: v for n, v in state.items() if not n.startswith("__")}  # not the rendezvous
+    kept = without_compute_copies(state)
+    tensors = {n: v for n, v in kept.items() if not n.startswith("__")}  # not the rendezvous
     return {
         "parameters": {n: device.to_host(v) for n, v in tensors.items() if n in names},
         "optimizer_state": {n: device.to_host(v) for n, v in tensors.items() if n not in names},

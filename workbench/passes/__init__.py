@@ -2,7 +2,8 @@
 (``pass_runner``); ``list_schedule`` predicts a placed graph's step.
 
 What flows in: a graph from the builder or from autodiff, with named outputs. What flows out: an
-equivalent graph that computes the same outputs and performs the same effects with fewer nodes.
+equivalent graph that computes the same outputs and performs the same effects with fewer nodes
+(``recompute``, run once after the others, adds nodes: it trades compute for memory).
 Passes never mutate their input; :func:`verify` runs between them.
 """
 
@@ -13,6 +14,7 @@ from workbench.passes.partition import Partitioned, PartitionError, Transfer, pa
 from workbench.passes.pass_runner import DEFAULT_PASSES, PassReport, run_passes
 from workbench.passes.place import PlacementError, place
 from workbench.passes.prune import extract, prune
+from workbench.passes.recompute import RecomputeError, recompute, recompute_layers, recompute_passes
 from workbench.passes.verify import GraphVerificationError, verify
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "Partitioned",
     "PassReport",
     "PlacementError",
+    "RecomputeError",
     "Schedule",
     "Transfer",
     "eliminate_common_subexpressions",
@@ -31,6 +34,9 @@ __all__ = [
     "place",
     "predict_schedule",
     "prune",
+    "recompute",
+    "recompute_layers",
+    "recompute_passes",
     "run_passes",
     "verify",
 ]

@@ -25,18 +25,49 @@ DEFAULT_PASSES: tuple[tuple[str, Pass], ...] = (
 )
 
 
+# The round number a ``final`` pass is reported under (it runs once, after the rounds).
+FINAL_ROUND = 0
+
+
 @dataclass
 class PassReport:
-    """What each pass did: (round, pass name, nodes before, nodes after)."""
+    """What each pass did: (round, pass name, nodes before, nodes after); round
+    :data:`FINAL_ROUND` for a pass run once after the fixed point."""
 
     stages: list[tuple[int, str, int, int]] = field(default_factory=list)
     dumps: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
         return "\n".join(
-            f"round {r} {name:<34} {before:>5} -> {after:>5} nodes"
+            f"{f'round {r}' if r != FINAL_ROUND else 'final':<7} {name:<34} "
+            f"{before:>5} -> {after:>5} nodes"
             for r, name, before, after in self.stages
         )
+
+    def summary(self) -> str:
+        """One line: the rounds and the nodes they left, then each final pass's nodes (what
+        ``dtrain plan`` prints).
+
+        Examples
+        --------
+        >>> PassReport([(1, "prune", 9, 7), (2, "prune", 7, 7), (0, "recompute", 7, 9)]).summary()
+        'graph passes: 2 rounds of prune, 9 -> 7 nodes; then recompute, 7 -> 9 nodes'
+        """
+        rounds = [stage for stage in self.stages if stage[0] != FINAL_ROUND]
+        parts = []
+        if rounds:
+            names = ", ".join(dict.fromkeys(name for _, name, _, _ in rounds))
+            count = max(r for r, _, _, _ in rounds)
+            parts.append(
+                f"{count} round{'s' if count != 1 else ''} of {names}, "
+                f"{rounds[0][2]} -> {rounds[-1][3]} nodes"
+            )
+        parts += [
+            f"then {name}, {before} -> {after} nodes"
+            for r, name, before, after in self.stages
+            if r == FINAL_ROUND
+        ]
+        return "graph passes: " + ("; ".join(parts) or "none")
 
 
 def fingerprint(graph: Graph) -> tuple:
@@ -55,8 +86,11 @@ def run_passes(
     *,
     max_rounds: int = 4,
     dump: bool = False,
+    final: Sequence[tuple[str, Pass]] = (),
 ) -> tuple[Graph, PassReport]:
-    """Apply ``passes`` in order, verifying after each, until a fixed point.
+    """Apply ``passes`` in order, verifying after each, until a fixed point; then ``final``
+    once each, in order (passes whose result the others would undo, such as recomputation,
+    which common-subexpression elimination would merge back).
 
     With ``dump=True`` the report keeps the printed graph after every stage (TF's graph dumps).
 
@@ -82,4 +116,11 @@ def run_passes(
                 report.dumps[f"{round_number}:{name}"] = str(graph)
         if fingerprint(graph) == before_round:
             break
+    for name, transform in final:
+        size = len(graph.nodes)
+        graph = transform(graph)
+        verify(graph, after=name)
+        report.stages.append((FINAL_ROUND, name, size, len(graph.nodes)))
+        if dump:
+            report.dumps[f"final:{name}"] = str(graph)
     return graph, report

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from workbench.config import RunConfig
 from workbench.models import Sequential
 from workbench.optim import Optimizer
 from workbench.planner.device_costs import DeviceCosts
+from workbench.planner.memory import DeviceMemory, predict_memory
 from workbench.planner.step_programs import StepPrograms
 from workbench.planner.strategy_planning import (
     PlanningError,
@@ -25,9 +24,8 @@ from workbench.planner.strategy_planning import (
 from workbench.simulate import Timeline, pipeline_bubble, simulate
 from workbench.strategies import STRATEGIES
 from workbench.strategies.cluster_strategy import ClusterStrategy
-from workbench.strategies.options import HybridOptions, ParameterServerOptions
 
-__all__ = ["PlanningError", "Prediction", "memory_estimate", "predict", "step_programs"]
+__all__ = ["DeviceMemory", "PlanningError", "Prediction", "predict", "step_programs"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +36,8 @@ class Prediction:
     timeline: Timeline
     devices: tuple[str, ...]
     bubble: float | None
-    memory_bytes: dict[str, int]
+    # Each device's predicted peak memory, by category (workbench.planner.memory).
+    memory_bytes: dict[str, DeviceMemory]
     rounds: int = 1  # steps the timeline holds (async parameter servers: several)
     # Bytes each device sends in one step, where the timeline holds exchanges timed as a
     # whole (a measured collective moves its bytes inside one timed interval).
@@ -51,6 +50,10 @@ class Prediction:
     def busy(self, device: str) -> float:
         """Seconds ``device`` computes in one step."""
         return self.timeline.busy(device) / self.rounds
+
+    def largest_memory(self) -> tuple[str, DeviceMemory]:
+        """The device with the largest predicted peak, and that peak."""
+        return max(self.memory_bytes.items(), key=lambda item: item[1].total)
 
     def bytes_sent(self, device: str) -> int:
         """Bytes ``device`` sends in one step."""
@@ -110,36 +113,7 @@ def predict(
         timeline=timeline,
         devices=tuple(devices),
         bubble=bubble,
-        memory_bytes=memory_estimate(config, model, devices),
+        memory_bytes=predict_memory(config, model, optimizer, devices, costs),
         rounds=built.rounds,
         sent_per_step=sent,
     )
-
-
-def memory_estimate(config: RunConfig, model: Sequential, devices: Sequence[str]) -> dict:
-    """Bytes each device holds at its peak, roughly: the variables it keeps (with gradients
-    and optimizer slots, two more copies for momentum and three for Adam) and the
-    activations its share of the batch keeps for backward (every layer's output)."""
-    itemsize = np.dtype(config.dtype).itemsize
-    parameters = sum(int(np.prod(shape)) for shape in model.parameter_shapes().values())
-    copies = {"sgd": 2, "momentum": 3, "adam": 4}[config.optimizer]
-    per_sample = sum(int(np.prod(shape)) for shape in model.shapes[1:])
-    name = config.strategy
-    if name == "parameter-server":
-        workers = config.devices
-        held = {
-            d: parameters * 2 * itemsize + per_sample * config.batch_size // workers * itemsize
-            for d in devices[:workers]
-        }
-        shards = config.options_of(ParameterServerOptions).ps
-        held.update({d: parameters * copies * itemsize // shards for d in devices[workers:]})
-        return held
-    if name in ("model-parallel", "pipeline"):
-        share = (parameters * copies + per_sample * config.batch_size) * itemsize
-        return {d: share // len(devices) for d in devices}
-    if name == "hybrid":  # a stage's variables, its replica's activations through that stage
-        replicas = len(devices) // config.options_of(HybridOptions).stages
-        share = (parameters * copies * replicas + per_sample * config.batch_size) * itemsize
-        return {d: share // len(devices) for d in devices}
-    batch = config.batch_size // len(devices)
-    return {d: (parameters * copies + per_sample * batch) * itemsize for d in devices}

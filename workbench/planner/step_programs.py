@@ -63,12 +63,49 @@ class StepPrograms:
 
 
 def one_device_step(
-    model: Sequential, optimizer: Optimizer, batch: int, dtype: str, device: str, costs
+    model: Sequential,
+    optimizer: Optimizer,
+    batch: int,
+    dtype: str,
+    device: str,
+    costs,
+    accumulate: int = 1,
+    recompute: str = "none",
 ) -> StepPrograms:
-    """``one-device`` (``strategies/one_device.py``): the whole training graph, in order."""
-    graph = build_training_graph(model, optimizer, batch, dtype).graph
+    """``one-device`` (``strategies/one_device.py``): the whole training graph, in order;
+    with ``--accumulate K``, K micro-steps of the gradient graph and one update
+    (``training/accumulated_step.py``)."""
+    if accumulate > 1:
+        graph = build_training_graph(
+            model, None, batch // accumulate, dtype, recompute=recompute
+        ).graph
+        update = build_update_graph(model, optimizer, dtype)
+        computing = node_actions(graph, costs, device, lambda node: ())
+        actions = accumulated(computing, computing, accumulate, _adding(model, dtype, costs))
+        actions.append(Compute(graph_seconds(update, costs, device), "update", phase="update"))
+        return StepPrograms({device: actions}, costs.peer_link)
+    graph = build_training_graph(model, optimizer, batch, dtype, recompute=recompute).graph
     actions = node_actions(graph, costs, device, lambda node: (), _update_phase)
     return StepPrograms({device: actions}, costs.peer_link)
+
+
+def accumulated(
+    computing: list[Action], last: list[Action], accumulate: int, adding: Compute
+) -> list[Action]:
+    """``--accumulate K`` (``training/gradient_accumulation.py``): K-1 micro-steps
+    (``computing``), each adding its gradients into the buffers (``adding``), then the last
+    one (``last``: its gradients may start the exchange as they appear), whose own add is
+    counted before it."""
+    if accumulate == 1:
+        return list(last)
+    return [*([*computing, adding] * (accumulate - 1)), adding, *last]
+
+
+def _adding(model: Sequential, dtype: str, costs: DeviceCosts) -> Compute:
+    """One micro-step's gradients added into the accumulation buffers."""
+    nbytes = sum(int(np.prod(shape)) for shape in model.parameter_shapes().values())
+    nbytes *= np.dtype(dtype).itemsize
+    return Compute(nbytes * costs.add_seconds_per_byte, "accumulate")
 
 
 def _update_phase(node) -> str:
@@ -86,13 +123,19 @@ def mirrored_step(
     groups: Sequence[Sequence[str]] | None,
     bucket_bytes: int,
     compression: CompressionSpec = NO_COMPRESSION,
+    accumulate: int = 1,
+    recompute: str = "none",
 ) -> StepPrograms:
     """``mirrored`` (``parallel/data_parallel/replica.py``): each replica runs backward on its
     share; when the last gradient of a bucket appears, the bucket goes to the communication
     thread, which all-reduces buckets one after another (through ``compression``'s codec,
-    :mod:`workbench.planner.compressed_buckets`) while backward goes on; then the update."""
+    :mod:`workbench.planner.compressed_buckets`) while backward goes on; then the update.
+    With ``--accumulate K`` the share is computed in K micro-steps, the buckets going out
+    during the last."""
     replicas = len(devices)
-    graph = build_training_graph(model, None, batch // replicas, dtype).graph
+    graph = build_training_graph(
+        model, None, batch // replicas // accumulate, dtype, recompute=recompute
+    ).graph
     update = build_update_graph(model, optimizer, dtype)
     itemsize = np.dtype(dtype).itemsize
     buckets = plan_buckets(model.parameter_shapes(), itemsize, bucket_bytes)
@@ -115,7 +158,10 @@ def mirrored_step(
             return [Signal(f"bucket{index}")]
 
         stretch = straggler_factor(costs.variation(graph), replicas)
-        programs[device] = node_actions(graph, costs, device, bucket_ready, stretch=stretch)
+        last = node_actions(graph, costs, device, bucket_ready, stretch=stretch)
+        computing = node_actions(graph, costs, device, lambda node: (), stretch=stretch)
+        adding = _adding(model, dtype, costs)
+        programs[device] = accumulated(computing, last, accumulate, adding)
     communication: dict[str, list[Action]] = {device: [] for device in devices}
     for index in order:
         reduced = bucket_exchange(
@@ -150,12 +196,16 @@ def central_storage_step(
     devices: Sequence[str],
     costs: DeviceCosts,
     bucket_bytes: int,
+    accumulate: int = 1,
+    recompute: str = "none",
 ) -> StepPrograms:
     """``central-storage`` (``replica.py`` ``_central_update``): every replica computes its
-    gradients, reduces them to rank 0 bucket by bucket, rank 0 updates the only copy and
-    broadcasts the new values."""
+    gradients (in ``accumulate`` micro-steps), reduces them to rank 0 bucket by bucket, rank 0
+    updates the only copy and broadcasts the new values."""
     replicas = len(devices)
-    graph = build_training_graph(model, None, batch // replicas, dtype).graph
+    graph = build_training_graph(
+        model, None, batch // replicas // accumulate, dtype, recompute=recompute
+    ).graph
     update = build_update_graph(model, optimizer, dtype)
     itemsize = np.dtype(dtype).itemsize
     buckets = plan_buckets(model.parameter_shapes(), itemsize, bucket_bytes)
@@ -181,13 +231,14 @@ def central_storage_step(
             update_seconds=graph_seconds(update, costs, devices[0]),
         )
     stretch = straggler_factor(costs.variation(graph), replicas)
-    programs = {
-        device: [
-            *node_actions(graph, costs, device, lambda node: (), stretch=stretch),
+    adding = _adding(model, dtype, costs)
+    programs = {}
+    for device in devices:
+        computing = node_actions(graph, costs, device, lambda node: (), stretch=stretch)
+        programs[device] = [
+            *accumulated(computing, computing, accumulate, adding),
             *exchange[device],
         ]
-        for device in devices
-    }
     return StepPrograms(programs, costs.peer_link)
 
 
@@ -201,6 +252,8 @@ def parameter_server_step(
     costs: DeviceCosts,
     partition_min_bytes: int | None = None,
     synchronous: bool = True,
+    accumulate: int = 1,
+    recompute: str = "none",
 ) -> StepPrograms:
     """``parameter-server`` (``parallel/parameter_server/worker_loop.py``,
     ``shard_service.py``): each worker pulls every shard's variables (a Dask RPC per shard, in
@@ -214,9 +267,12 @@ def parameter_server_step(
     Where calibration timed the workers' pulls and pushes as they run them
     (``calibration/exchange_probe.py``), each is that time, the shards' answers
     free signals, and the gradients take as much longer as they did in that loop; otherwise
-    each RPC is simulated on the ``rpc`` links, its payload unpacked by the receiver."""
+    each RPC is simulated on the ``rpc`` links, its payload unpacked by the receiver. With
+    ``--accumulate K`` a worker computes K micro-steps between its pull and its push."""
     itemsize = np.dtype(dtype).itemsize
-    graph = build_training_graph(model, None, batch // len(workers), dtype).graph
+    graph = build_training_graph(
+        model, None, batch // len(workers) // accumulate, dtype, recompute=recompute
+    ).graph
     pieces = place_variables(model.parameter_shapes(), len(shards), itemsize, partition_min_bytes)
     held = shard_bytes(pieces, len(shards), itemsize)
     shard_names = [sorted({p.variable for p in pieces if p.shard == k}) for k in range(len(shards))]
@@ -229,6 +285,7 @@ def parameter_server_step(
     stretch *= costs.stretch_beside("ps-exchange", [*workers, *shards])
     for worker in workers:
         computing = node_actions(graph, costs, worker, lambda node: (), stretch=stretch)
+        computing = accumulated(computing, computing, accumulate, _adding(model, dtype, costs))
         for turn in range(rounds):
             programs[worker] += [*exchange.pull(worker, turn), *computing]
             programs[worker] += exchange.push(worker, turn)
@@ -347,12 +404,13 @@ def model_parallel_step(
     devices: Sequence[str],
     costs: DeviceCosts,
     placement: str = "greedy",
+    recompute: str = "none",
 ) -> StepPrograms:
     """``model-parallel`` (``parallel/model_parallel/device.py``): the graph placed as the run
     places it (``placement``, greedy by these same costs), each device running its
     partition's nodes in order; a Send puts its tensor on the link, a Recv waits for it."""
     plan = build_model_parallel_graph(
-        model, optimizer, batch, dtype, devices, placement, costs, costs.source
+        model, optimizer, batch, dtype, devices, placement, costs, costs.source, recompute
     )
     programs = {}
     for device, partition in plan.partitioned.partitions.items():
@@ -378,6 +436,7 @@ def pipeline_step(
     costs: DeviceCosts,
     microbatches: int,
     schedule: str,
+    recompute: str = "none",
 ) -> StepPrograms:
     """``pipeline`` (``parallel/pipeline/stage_worker.py``): stage s runs its schedule's
     forward and backward passes of each micro-batch, receiving activations from s-1 and
@@ -389,7 +448,13 @@ def pipeline_step(
     forward, backward, updates, boundary = [], [], [], []
     for stage, (device, layers) in enumerate(zip(devices, layer_groups)):
         graphs = build_stage_graphs(
-            model, layers, micro, dtype, first=stage == 0, last=stage == stages - 1
+            model,
+            layers,
+            micro,
+            dtype,
+            first=stage == 0,
+            last=stage == stages - 1,
+            recompute=recompute,
         )
         forward.append(graph_seconds(graphs.forward, costs, device))
         backward.append(graph_seconds(graphs.backward, costs, device))
@@ -420,6 +485,7 @@ def hybrid_step(
     microbatches: int,
     schedule: str,
     compression: CompressionSpec = NO_COMPRESSION,
+    recompute: str = "none",
 ) -> StepPrograms:
     """``hybrid`` (``parallel/pipeline/stage_worker.py``): a pipeline per replica on a 2-D mesh
     (rank = replica x stages + stage), each replica through its slice of the batch; then each
@@ -433,7 +499,15 @@ def hybrid_step(
     order = make_schedule(schedule, stages, microbatches)
     # Every replica's stage s runs the same graphs: built once, timed on each device.
     graphs = [
-        build_stage_graphs(model, layers, micro, dtype, first=stage == 0, last=stage == stages - 1)
+        build_stage_graphs(
+            model,
+            layers,
+            micro,
+            dtype,
+            first=stage == 0,
+            last=stage == stages - 1,
+            recompute=recompute,
+        )
         for stage, layers in enumerate(layer_groups)
     ]
     stage_parameters = [list(stage_graphs.parameter_names) for stage_graphs in graphs]

@@ -17,6 +17,7 @@ from workbench.models import Sequential
 from workbench.optim import Optimizer
 from workbench.parallel.collectives.compression import parse_compression
 from workbench.planner.device_costs import DeviceCosts
+from workbench.planner.sharded_step import sharded_step
 from workbench.planner.step_programs import (
     StepPrograms,
     central_storage_step,
@@ -29,11 +30,13 @@ from workbench.planner.step_programs import (
 )
 from workbench.strategies import STRATEGIES
 from workbench.strategies.options import (
+    ZERO_STAGES,
     DataParallelOptions,
     HybridOptions,
     ModelParallelOptions,
     ParameterServerOptions,
     PipelineOptions,
+    ShardedOptions,
 )
 
 ALLREDUCE_CHOICES = ("ring", "hierarchical-copy", "reduce-to-one")
@@ -75,12 +78,17 @@ def predicted_strategies() -> tuple[str, ...]:
     return tuple(name for name in STRATEGIES.names() if planning_of(name) is not None)
 
 
-def _step(builder: Callable[..., StepPrograms], config: RunConfig, *context: Any) -> StepPrograms:
+def _step(
+    builder: Callable[..., StepPrograms], config: RunConfig, *context: Any, **named: Any
+) -> StepPrograms:
     """``builder``'s step: every step builder takes the model, the optimizer, the global batch,
     the dtype, the devices and the costs first (``context``: the model, optimizer, costs and
-    devices a :data:`Programs` receives), then its strategy's own options."""
+    devices a :data:`Programs` receives), then its strategy's own options (``named``: by
+    name, such as ``accumulate``)."""
     model, optimizer, costs, devices, *options = context
-    return builder(model, optimizer, config.batch_size, config.dtype, devices, costs, *options)
+    return builder(
+        model, optimizer, config.batch_size, config.dtype, devices, costs, *options, **named
+    )
 
 
 def _bucket_bytes(config: RunConfig) -> int:
@@ -91,7 +99,16 @@ def _bucket_bytes(config: RunConfig) -> int:
 
 
 def _one_device(config, model, optimizer, costs, devices) -> StepPrograms:
-    return one_device_step(model, optimizer, config.batch_size, config.dtype, devices[0], costs)
+    return one_device_step(
+        model,
+        optimizer,
+        config.batch_size,
+        config.dtype,
+        devices[0],
+        costs,
+        accumulate=config.accumulate,
+        recompute=config.recompute,
+    )
 
 
 def _single(name: str, common: dict, devices: int) -> Iterator[RunConfig]:
@@ -131,6 +148,8 @@ def _mirrored(config, model, optimizer, costs, devices) -> StepPrograms:
         groups,
         _bucket_bytes(config),
         compression,
+        accumulate=config.accumulate,
+        recompute=config.recompute,
     )
 
 
@@ -150,6 +169,35 @@ MIRRORED = StrategyPlanning(_mirrored, _mirrored_candidates)
 MULTI_WORKER_MIRRORED = StrategyPlanning(_mirrored)
 
 
+# sharded ------------------------------------------------------------------------------------
+
+
+def _sharded(config, model, optimizer, costs, devices) -> StepPrograms:
+    options = config.options_of(ShardedOptions)
+    bucket_bytes = int(options.bucket_mb * 2**20)
+    return _step(
+        sharded_step,
+        config,
+        model,
+        optimizer,
+        costs,
+        devices,
+        bucket_bytes,
+        options.zero_stage,
+        recompute=config.recompute,
+    )
+
+
+def _sharded_candidates(name: str, common: dict, devices: int) -> Iterator[RunConfig]:
+    if devices < 2:
+        return
+    for stage in ZERO_STAGES:
+        yield RunConfig(strategy=name, devices=devices, zero_stage=stage, **common)
+
+
+SHARDED = StrategyPlanning(_sharded, _sharded_candidates)
+
+
 # central storage ----------------------------------------------------------------------------
 
 
@@ -161,7 +209,15 @@ def _central_storage(config, model, optimizer, costs, devices) -> StepPrograms:
             "multi-worker-mirrored all-reduces, not yet for central storage's pushes"
         )
     return _step(
-        central_storage_step, config, model, optimizer, costs, devices, _bucket_bytes(config)
+        central_storage_step,
+        config,
+        model,
+        optimizer,
+        costs,
+        devices,
+        _bucket_bytes(config),
+        accumulate=config.accumulate,
+        recompute=config.recompute,
     )
 
 
@@ -188,6 +244,8 @@ def _parameter_server(config, model, optimizer, costs, devices) -> StepPrograms:
         costs,
         config.options_of(ParameterServerOptions).ps_partition_min_bytes,
         synchronous=config.options_of(ParameterServerOptions).mode == "sync",
+        accumulate=config.accumulate,
+        recompute=config.recompute,
     )
 
 
@@ -208,7 +266,7 @@ PARAMETER_SERVER = StrategyPlanning(_parameter_server, _parameter_server_candida
 
 def _model_parallel(config, *context) -> StepPrograms:
     placement = config.options_of(ModelParallelOptions).placement
-    return _step(model_parallel_step, config, *context, placement)
+    return _step(model_parallel_step, config, *context, placement, recompute=config.recompute)
 
 
 # With more devices than layers these are refused, and listed with the reason.
@@ -217,7 +275,14 @@ MODEL_PARALLEL = StrategyPlanning(_model_parallel, _replicated)
 
 def _pipeline(config, *context) -> StepPrograms:
     options = config.options_of(PipelineOptions)
-    return _step(pipeline_step, config, *context, options.microbatches, options.schedule)
+    return _step(
+        pipeline_step,
+        config,
+        *context,
+        options.microbatches,
+        options.schedule,
+        recompute=config.recompute,
+    )
 
 
 def _pipeline_candidates(name: str, common: dict, devices: int) -> Iterator[RunConfig]:
@@ -256,6 +321,7 @@ def _hybrid(config, *context) -> StepPrograms:
         options.microbatches,
         options.schedule,
         compression,
+        recompute=config.recompute,
     )
 
 

@@ -8,7 +8,8 @@ overhead (what a step pays outside its programs). A row loses to the fastest by 
 broken down part by part: every part whose difference shows at 0.01 ms, signed, so a part it
 gains on (a pipeline's communication) offsets one it loses on (its compute) and the listed
 differences add up to the gap. A row whose devices would need more memory than they have
-loses to memory whatever its speed.
+(its largest device's predicted peak above the capacity given) loses to memory whatever its
+speed: it is marked, ranked after every row that fits, and its reason says how much it needs.
 
 :func:`describe_options` names a row's configuration for every view (the CLI's table, the
 notebook's).
@@ -17,7 +18,7 @@ notebook's).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from workbench.config import ConfigError, RunConfig
 from workbench.models import Sequential
@@ -56,13 +57,20 @@ class WhatIfRow:
                 "reason": self.reason,
             }
         devices = prediction.devices
+        largest, peak = prediction.largest_memory()
         return {
             "strategy": self.strategy,
             **self.options,
             "predicted_step_ms": round(prediction.step_seconds * 1e3, 4),
             "samples_per_second": round(prediction.samples_per_second, 1),
             "bytes_per_device": max(prediction.bytes_sent(d) for d in devices),
-            "memory_per_device": max(prediction.memory_bytes.values()),
+            "memory_per_device": peak.total,
+            "memory_device": largest,
+            "memory_by_category": dict(peak.by_category),
+            "memory_by_device": {
+                device: memory.total for device, memory in prediction.memory_bytes.items()
+            },
+            "fits": self.fits,
             "bubble": None if prediction.bubble is None else round(prediction.bubble, 4),
             **{f"{part}_ms": round(seconds * 1e3, 4) for part, seconds in self.parts.items()},
             "reason": self.reason,
@@ -75,10 +83,11 @@ def candidate_configs(base: RunConfig, devices: int) -> Iterator[RunConfig]:
     ``devices`` devices, as each strategy's planning offers them, in the registry's order
     (configurations the strategies refuse, say a batch the replicas cannot split, are left
     out later, or listed with the reason)."""
-    common = {
-        name: getattr(base, name)
-        for name in ("model", "hidden", "dataset", "batch_size", "optimizer", "dtype", "seed")
-    }
+    # The run options that shape every strategy's step and memory alike (accumulation,
+    # recomputation, precision) hold for every row.
+    shared = ("model", "hidden", "dataset", "batch_size", "optimizer", "dtype", "seed")
+    run_options = ("precision", "recompute", "accumulate")
+    common = {name: getattr(base, name) for name in (*shared, *run_options)}
     for name in STRATEGIES.names():
         planning = planning_of(name)
         if planning is not None:
@@ -110,6 +119,7 @@ _SHOWN_OPTIONS = (
     "stages",
     "microbatches",
     "schedule",
+    "zero_stage",
 )
 
 
@@ -201,18 +211,26 @@ def what_if(
         except PlanningError as error:
             rows.append(WhatIfRow(config.strategy, _options(config), None, {}, str(error), False))
             continue
-        fits = memory_capacity is None or max(prediction.memory_bytes.values()) <= memory_capacity
+        fits = memory_capacity is None or prediction.largest_memory()[1].total <= memory_capacity
         rows.append(
             WhatIfRow(
                 config.strategy, _options(config), prediction, step_parts(prediction), "", fits
             )
         )
-    return rank_rows(rows)
+    return rank_rows(rows, memory_capacity)
 
 
-def rank_rows(rows: list[WhatIfRow]) -> list[WhatIfRow]:
+def rank_rows(rows: list[WhatIfRow], memory_capacity: int | None = None) -> list[WhatIfRow]:
     """Fastest first, each row's reason against the fastest that fits; rows without a
-    prediction last."""
+    prediction last. ``memory_capacity``: each device's bytes, where rows are (re)judged
+    against it (rows keep their own judgement otherwise)."""
+    if memory_capacity is not None:
+        rows = [
+            replace(row, fits=row.prediction.largest_memory()[1].total <= memory_capacity)
+            if row.prediction is not None
+            else row
+            for row in rows
+        ]
     predicted = sorted(
         (row for row in rows if row.prediction is not None),
         key=lambda row: (not row.fits, row.step_seconds),
@@ -222,7 +240,10 @@ def rank_rows(rows: list[WhatIfRow]) -> list[WhatIfRow]:
     for row in predicted:
         behind: dict[str, float] = {}
         if not row.fits:
-            reason = "memory: needs more than a device has"
+            assert row.prediction is not None
+            device, peak = row.prediction.largest_memory()
+            has = "a device has" if memory_capacity is None else f"{megabytes(memory_capacity)} MB"
+            reason = f"memory: needs {megabytes(peak.total)} MB on {device}, more than {has}"
         elif row is best:
             reason = "fastest"
         else:
@@ -238,16 +259,32 @@ def rank_rows(rows: list[WhatIfRow]) -> list[WhatIfRow]:
     return ranked + [row for row in rows if row.prediction is None]
 
 
+def megabytes(nbytes: int) -> str:
+    """Bytes as the table prints them: decimal megabytes, with three significant digits
+    below 100 MB (so small models' rows differ) and one decimal above.
+
+    Examples
+    --------
+    >>> [megabytes(n) for n in (56_740, 1_234_567, 17_179_869_184)]
+    ['0.0567', '1.23', '17179.9']
+    """
+    value = nbytes / 1e6
+    digits = 1 if value >= 10 else 2 if value >= 1 else 3 if value >= 0.1 else 4
+    return f"{value:.{digits}f}"
+
+
 def format_table(rows: Sequence[WhatIfRow]) -> str:
-    """The table ``dtrain plan --what-if`` prints, each column as wide as its widest cell."""
-    header = ["strategy", "options", "step ms", "samples/s", "MB sent/dev", "MB mem/dev"]
-    header += ["bubble", "reason"]
+    """The table ``dtrain plan --what-if`` prints, each column as wide as its widest cell;
+    where some row does not fit in memory, a ``fits`` column marks it ``NO``."""
+    marked = any(not row.fits for row in rows if row.prediction is not None)
+    header = ["strategy", "options", "step ms", "samples/s", "MB sent/dev", "peak MB/dev"]
+    header += ["peak on", *(["fits"] if marked else []), "bubble", "reason"]
     lines = [header]
     for row in rows:
         data = row.to_dict()
         cells = [row.strategy, describe_options(row.options)]
         if row.prediction is None:
-            lines.append([*cells, "-", "", "", "", "", row.reason])
+            lines.append([*cells, "-", *[""] * (len(header) - 4), row.reason])
             continue
         lines.append(
             [
@@ -255,7 +292,9 @@ def format_table(rows: Sequence[WhatIfRow]) -> str:
                 f"{data['predicted_step_ms']:.2f}",
                 f"{data['samples_per_second']:,.0f}",
                 f"{data['bytes_per_device'] / 1e6:.2f}",
-                f"{data['memory_per_device'] / 1e6:.1f}",
+                megabytes(data["memory_per_device"]),
+                data["memory_device"],
+                *(["yes" if row.fits else "NO"] if marked else []),
                 "-" if data["bubble"] is None else f"{data['bubble']:.2f}",
                 row.reason,
             ]
@@ -269,3 +308,24 @@ def format_table(rows: Sequence[WhatIfRow]) -> str:
         ]
         text.append(("  ".join(cells) + "  " + line[-1]).rstrip())
     return "\n".join(text)
+
+
+def memory_summary(rows: Sequence[WhatIfRow], capacity: int | None) -> str:
+    """The line beside the table: what its memory columns say and, given a ``capacity`` in
+    bytes per device, how many predicted rows fit in it (the others marked in ``fits``).
+
+    Examples
+    --------
+    >>> print(memory_summary([], None))
+    peak MB/dev: the largest device's predicted peak memory (peak on: which device)
+    """
+    legend = "peak MB/dev: the largest device's predicted peak memory (peak on: which device)"
+    if capacity is None:
+        return legend
+    predicted = [row for row in rows if row.prediction is not None]
+    fitting = sum(row.fits for row in predicted)
+    marks = "" if fitting == len(predicted) else " (fits NO: needs more, ranked last)"
+    return (
+        f"{legend}; {fitting} of {len(predicted)} configurations fit in "
+        f"{megabytes(capacity)} MB per device{marks}"
+    )

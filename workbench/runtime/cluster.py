@@ -28,6 +28,7 @@ from workbench.runtime.cluster_target import (
 )
 from workbench.runtime.dashboard_guard import guarded_extensions, link_with_token, new_token
 from workbench.runtime.device_probe import (
+    bfloat16_missing,
     check_device_serializers,
     decide_device_type,
     describe_device,
@@ -64,6 +65,7 @@ class ClusterSession:
     # ``--allreduce auto`` run then takes the ring (docs/architecture/devices.md, "Devices: CPU
     # and GPU").
     nccl_obstacle: str | None = None
+    bfloat16_obstacle: str | None = None  # why a GPU worker has no bfloat16 (--precision)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     earlier_run_ids: list[str] = field(default_factory=list)  # before recoveries
 
@@ -372,6 +374,11 @@ def start_cluster(
             owned=owned,
             nccl_obstacle=(
                 nccl_obstacle(in_order, dict(zip(ordered, labels)))
+                if device_type == "gpu"
+                else None
+            ),
+            bfloat16_obstacle=(
+                bfloat16_missing(in_order, dict(zip(ordered, labels)))
                 if device_type == "gpu"
                 else None
             ),

@@ -17,6 +17,9 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import ml_dtypes
+import numpy as np
+
 from workbench.runtime.gpu_runtime import DeviceError, gpu_runtime, missing_gpu_reason
 
 
@@ -32,9 +35,24 @@ def device_serializers_work(array_module: Any) -> bool:
     return True
 
 
+def bfloat16_obstacle(array_module: Any) -> str | None:
+    """Why ``array_module`` cannot compute in bfloat16 (None: it can). CuPy has bfloat16 from
+    version 14 on, through ml_dtypes (and NumPy >= 2.1.2); CuPy 13 refuses the dtype. Asked of
+    the module itself, so any CuPy answers for what it really does."""
+    try:
+        values = array_module.asarray(np.ones((2, 2), dtype=ml_dtypes.bfloat16))
+        array_module.all(array_module.isfinite(values @ values))
+    except Exception as error:  # each CuPy fails its own way: any failure is the answer
+        version = getattr(array_module, "__version__", None)
+        named = " ".join([array_module.__name__, *([version] if version else [])])
+        return f"{named} cannot compute in bfloat16 ({error})"
+    return None
+
+
 def describe_device() -> dict[str, Any]:
     """Task (run on each worker): ``{"gpu": bool, "runtime": name, "reason": why not,
-    "host", "gpu_identity": the GPU's UUID, "nccl": NCCL loaded, "cuda_serializers": bool}``."""
+    "host", "gpu_identity": the GPU's UUID, "nccl": NCCL loaded, "cuda_serializers": bool,
+    "bfloat16": why its CuPy cannot compute in bfloat16, or None}``."""
     runtime = gpu_runtime()
     report: dict[str, Any] = {
         "gpu": runtime is not None,
@@ -44,11 +62,13 @@ def describe_device() -> dict[str, Any]:
         "gpu_identity": None,
         "nccl": False,
         "cuda_serializers": False,
+        "bfloat16": None,
     }
     if runtime is not None:
         report["gpu_identity"] = runtime.device_identity()
         report["nccl"] = runtime.nccl_available
         report["cuda_serializers"] = device_serializers_work(runtime.array_module)
+        report["bfloat16"] = bfloat16_obstacle(runtime.array_module)
     return report
 
 
@@ -156,6 +176,23 @@ def nccl_obstacle(
             f"{' and '.join(labels.get(a, a) for a in addresses)} share a GPU (--share-gpu), "
             "and NCCL refuses two ranks on one GPU"
         )
+    return None
+
+
+def bfloat16_missing(
+    reports: Mapping[str, Mapping], labels: Mapping[str, str] | None = None
+) -> str | None:
+    """Why some GPU worker of the run cannot compute in bfloat16, naming it (None: all can).
+
+    Examples
+    --------
+    >>> bfloat16_missing({"a": {"bfloat16": None}, "b": {"bfloat16": "cupy 13.6.0 cannot"}})
+    'on b: cupy 13.6.0 cannot'
+    """
+    labels = labels or {}
+    for address, report in reports.items():
+        if report.get("bfloat16"):
+            return f"on {labels.get(address, address)}: {report['bfloat16']}"
     return None
 
 

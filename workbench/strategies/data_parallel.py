@@ -170,6 +170,12 @@ class DataParallel(ClusterStrategy):
                 f"nccl cannot reduce between this run's GPUs: {session.nccl_obstacle}; "
                 "choose ring, hierarchical-copy or reduce-to-one (auto takes ring here)",
             )
+        if config.precision == "mixed-bf16" and session.bfloat16_obstacle is not None:
+            raise ConfigError(  # a joined cluster's GPUs: known once they report
+                "--precision",
+                f"mixed-bf16 needs bfloat16 on every GPU {session.bfloat16_obstacle}; "
+                "use --precision mixed-fp16",
+            )
         if self.replication(config) == "in-graph":
             return self.in_graph_plan(config, job, session, restore)
         specs = [
@@ -203,6 +209,7 @@ class DataParallel(ClusterStrategy):
             list(devices),
             central_storage=self.central_storage,
             bucket_bytes=self.bucket_bytes(config),
+            accumulate=config.accumulate,
         )
 
     def in_graph_plan(
@@ -216,7 +223,7 @@ class DataParallel(ClusterStrategy):
                 make_worker_spec(session, job, rank, replicas, restore),
                 graph.partitioned.partitions[session.device_names[rank]],
                 config.stall_timeout,
-                towers=replicas,
+                towers=replicas * config.accumulate,  # a tower per micro-step (--accumulate)
             )
             for rank in range(replicas)
         ]

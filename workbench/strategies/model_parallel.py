@@ -89,6 +89,7 @@ class ModelParallel(ClusterStrategy):
             self.placement(config),
             cost,
             source,
+            recompute=config.recompute,
         )
 
     def plan(self, config: RunConfig, job: TrainingJob, at: PlanContext) -> DevicePlan:
@@ -110,6 +111,7 @@ class ModelParallel(ClusterStrategy):
             session.device_names,
             self.placement(config),
             cost,
+            recompute=config.recompute,
         )
         assert graph.prediction is not None
         busy = ", ".join(f"{1e3 * s:.1f}" for s in graph.prediction.schedule.busy.values())

@@ -114,6 +114,19 @@ PLACEMENT = Option(
     choices=("greedy", "balanced-params", "manual"),
 )
 
+# ZeRO's stages (Rajbhandari et al. 2020): what each replica keeps only its shard of. 3 is
+# PyTorch FSDP's FULL_SHARD, its default; 2 is SHARD_GRAD_OP.
+ZERO_STAGES = (1, 2, 3)
+ZERO_STAGE = Option(
+    "zero_stage",
+    int,
+    3,
+    "what each replica keeps only its 1/N shard of: 1 optimizer state, 2 also gradients, "
+    "3 also parameters (gathered before each bucket's forward and backward, freed after)",
+    minimum=1,
+    label="ZeRO stage",
+)
+
 
 # The values of the rows with ``choices``, as types (the strategy tests check they agree).
 AllReduceName = Literal["auto", "ring", "hierarchical-copy", "reduce-to-one", "nccl"]
@@ -152,6 +165,15 @@ class CentralStorageOptions(DataParallelOptions):
 class MultiWorkerMirroredOptions(DataParallelOptions):
     hosts: int
     elastic: bool
+
+
+@dataclass(frozen=True)
+class ShardedOptions(StrategyOptions):
+    """``sharded``: a ZeRO stage and its buckets (the shard of each is the ring chunk a rank
+    owns after the bucket's reduce-scatter)."""
+
+    bucket_mb: float
+    zero_stage: int
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from workbench.strategies.options import (
     SCHEDULE,
     STAGES,
     STALENESS,
+    ZERO_STAGE,
 )
 
 if TYPE_CHECKING:
@@ -138,6 +139,7 @@ STRATEGIES.declare(
     f"{_HERE}.mirrored:Mirrored",
     (ALLREDUCE, BUCKET_MB, COMPRESSION, ELASTIC, REPLICATION),
 )
+STRATEGIES.declare("sharded", f"{_HERE}.sharded:Sharded", (ZERO_STAGE, BUCKET_MB))
 STRATEGIES.declare(
     "central-storage",
     f"{_HERE}.central_storage:CentralStorage",

@@ -20,6 +20,8 @@ from workbench.config import (
 )
 from workbench.parallel.collectives.compression import CompressionError, parse_compression
 from workbench.runtime.devices import names_device, short_device_name
+from workbench.strategies.accumulation import check_accumulation
+from workbench.strategies.precision import check_precision
 from workbench.strategies.registry import STRATEGIES
 
 
@@ -55,6 +57,8 @@ def validate_config(config: RunConfig) -> RunConfig:
     typed = definition.options_type(**options)
     config = config.replace(options=options).with_strategy_options(typed)
     definition.check_config(config)
+    check_accumulation(definition, config)
+    check_precision(definition, config)
     config = config.replace(simulate_straggler=_stragglers_of(definition, config))
     check_checkpoint_paths(config)
     return config
@@ -121,11 +125,12 @@ def _checked_overflow(config: RunConfig, options: dict[str, Any]) -> RunConfig:
     strategy's checked options)."""
     compression = options.get("compression", "none")
     steps = overflow_steps(config.simulate_overflow)
-    if steps and compression not in ("fp16", "bf16"):
+    if steps and compression not in ("fp16", "bf16") and config.precision == "fp32":
         taking = "" if "compression" in options else f" (strategy {config.strategy} has none)"
         raise ConfigError(
             "--simulate-overflow",
-            "needs --compression fp16 or bf16, whose dynamic loss scaler skips the step; "
+            "needs --compression fp16 or bf16, or --precision mixed-fp16 or mixed-bf16, "
+            "whose dynamic loss scaler skips the step; "
             f"this run's compression is {compression}{taking}",
         )
     return config.replace(simulate_overflow=steps)

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from workbench.ir import Executable, Graph
+from workbench.ir.memory import MemoryLedger
 from workbench.models import Sequential
-from workbench.optim import Optimizer, init_slots
+from workbench.optim import Optimizer, init_slots, without_compute_copies
 from workbench.runtime import to_host
 from workbench.training.graphs import (
     DROPOUT_SEED,
@@ -53,13 +54,20 @@ class TrainingSession:
         dtype: str,
         seed: int,
         xp: Any = np,
+        recompute: str = "none",
     ) -> None:
         self.model, self.optimizer, self.batch_size = model, optimizer, batch_size
         self.dtype, self.seed, self.xp = dtype, seed, xp
+        self.recompute = recompute  # the --recompute policy its training graphs apply
         # The global step its variables are of when that is not the run's last completed step
         # (a run stopped while a device was stalled keeps its restart point's variables).
         self.variables_step: int | None = None
-        self.training = build_training_graph(model, optimizer, batch_size, dtype)
+        # Where its steps count their values, when the device measures its memory
+        # (workbench.runtime.device_memory); None: not counted.
+        self.ledger: MemoryLedger | None = None
+        self.training = build_training_graph(
+            model, optimizer, batch_size, dtype, recompute=recompute
+        )
         self._train = Executable(self.training.graph)
         self._evaluators: dict[int, Executable] = {}
         params = model.init_parameters(seed, dtype)
@@ -96,7 +104,7 @@ class TrainingSession:
         }
         if self.model.uses_dropout:
             feeds[DROPOUT_SEED] = dropout_seed(self.seed, step)
-        return self._train.run(feeds, self.state, self.xp)["loss"]
+        return self._train.run(feeds, self.state, self.xp, ledger=self.ledger)["loss"]
 
     def evaluate(self, inputs, labels, chunk: int = 1000) -> tuple[float, float]:
         """Mean loss and accuracy over arrays of any length, in chunks of at most ``chunk``."""
@@ -116,5 +124,7 @@ class TrainingSession:
         return {name: to_host(self.state[name]) for name in self.training.parameter_names}
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
+        """The optimizer's slots (not mixed precision's 16-bit copies: the masters give them)."""
         names = set(self.training.parameter_names)
-        return {name: to_host(value) for name, value in self.state.items() if name not in names}
+        slots = without_compute_copies(self.state)
+        return {name: to_host(value) for name, value in slots.items() if name not in names}

@@ -48,3 +48,26 @@ def zeros_like_type(reference: Tensor, type_: TensorType) -> Tensor:
     """A zero tensor of ``type_`` built as a broadcast scalar, so folding it stays cheap."""
     zero = reference.builder.constant(np.zeros((), dtype=type_.dtype))
     return emit("broadcast_to", zero, shape=tuple(int(s) for s in type_.shape))
+
+
+def in_float32(compute: Any, *arrays: Any, widen: bool = True) -> Any:
+    """``compute(*arrays)``, in float32 when the arrays are 16-bit and ``widen`` says so,
+    rounded back to their dtype (docs/guide/command-line.md, "Mixed precision").
+
+    Reductions and layer norm widen on every device: a sum of many 16-bit terms loses the small
+    ones. Products widen where no 16-bit kernel computes them (:func:`lacks_16_bit_product`)."""
+    dtype = arrays[0].dtype
+    if not widen or dtype.itemsize != 2 or dtype.kind not in "fV":
+        return compute(*arrays)
+    return compute(*(array.astype(np.float32) for array in arrays)).astype(dtype)
+
+
+def lacks_16_bit_product(xp: Any, *arrays: Any) -> bool:
+    """Whether ``xp`` has no 16-bit kernel for the product of ``arrays``: NumPy has no 16-bit
+    BLAS (its float16 product is a plain loop, bfloat16's goes through float32 element by
+    element, so one float32 GEMM is faster and closer to what a GPU gives); CuPy multiplies
+    float16 and bfloat16 matrices with cuBLAS, but its batched product has no bfloat16 kernel
+    (CuPy 14: "data type 'E' not understood")."""
+    if xp is np:
+        return True
+    return arrays[0].dtype.name == "bfloat16" and any(array.ndim > 2 for array in arrays)

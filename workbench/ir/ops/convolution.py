@@ -8,9 +8,11 @@ these three ops and higher derivatives come for free.
 
 from __future__ import annotations
 
+import numpy as np
+
 from workbench.ir.builder import Tensor
 from workbench.ir.graph import TensorType
-from workbench.ir.ops._common import emit
+from workbench.ir.ops._common import emit, in_float32
 from workbench.ir.ops._windows import crop, output_size, pad_image, scatter_windows, windows
 from workbench.ir.rules import ShapeError, define_op, require_float, same_dtype
 
@@ -52,10 +54,16 @@ def _conv2d_shape(types, *, stride, padding):
     return _output_type("conv2d", x.shape, w.shape, same_dtype("conv2d", x, w), stride, padding)
 
 
+def _tensordot(xp, a, b, axes):
+    # The convolutions' GEMM: widened on NumPy only (CuPy's tensordot is one 2-D cuBLAS
+    # product, bfloat16 included; see lacks_16_bit_product).
+    return in_float32(lambda a, b: xp.tensordot(a, b, axes=axes), a, b, widen=xp is np)
+
+
 def _conv2d_impl(xp, x, w, *, stride, padding):
     _, _, kh, kw = w.shape
     cols = windows(xp, pad_image(xp, x, padding), kh, kw, stride)  # N, C, OH, OW, KH, KW
-    out = xp.tensordot(cols, w, axes=((1, 4, 5), (1, 2, 3)))  # N, OH, OW, O
+    out = _tensordot(xp, cols, w, ((1, 4, 5), (1, 2, 3)))  # N, OH, OW, O
     return xp.ascontiguousarray(out.transpose(0, 3, 1, 2))
 
 
@@ -81,7 +89,7 @@ def _input_grad_shape(types, *, input_shape, stride, padding):
 
 def _input_grad_impl(xp, g, w, *, input_shape, stride, padding):
     n, c, h, width = input_shape
-    cols = xp.tensordot(g, w, axes=((1,), (0,)))  # N, OH, OW, C, KH, KW
+    cols = _tensordot(xp, g, w, ((1,), (0,)))  # N, OH, OW, C, KH, KW
     cols = cols.transpose(0, 3, 1, 2, 4, 5)
     padded = scatter_windows(xp, cols, (n, c, h + 2 * padding, width + 2 * padding), stride)
     return xp.ascontiguousarray(crop(padded, padding))
@@ -107,7 +115,7 @@ def _filter_grad_shape(types, *, filter_shape, stride, padding):
 def _filter_grad_impl(xp, x, g, *, filter_shape, stride, padding):
     _, _, kh, kw = filter_shape
     cols = windows(xp, pad_image(xp, x, padding), kh, kw, stride)  # N, C, OH, OW, KH, KW
-    return xp.tensordot(g, cols, axes=((0, 2, 3), (0, 2, 3)))  # O, C, KH, KW
+    return _tensordot(xp, g, cols, ((0, 2, 3), (0, 2, 3)))  # O, C, KH, KW
 
 
 def _filter_grad_vjp(inputs, outputs, cts, *, filter_shape, stride, padding):

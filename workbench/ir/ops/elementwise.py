@@ -8,7 +8,14 @@ from collections.abc import Callable
 from workbench.ir.builder import Tensor
 from workbench.ir.graph import DTYPES, TensorType
 from workbench.ir.ops._common import broadcast_types, emit, lift, sum_to_shape
-from workbench.ir.rules import NOT_DIFFERENTIABLE, ShapeError, define_op, require_float, same_dtype
+from workbench.ir.rules import (
+    NOT_DIFFERENTIABLE,
+    ShapeError,
+    define_op,
+    is_float,
+    require_float,
+    same_dtype,
+)
 
 # Each table row is one op: its NumPy implementation and its vector-Jacobian product, written
 # as the gradients of its inputs (``g`` the output's cotangent, ``y`` the output). The builder
@@ -109,8 +116,15 @@ _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715
 
 
+def _number(x, value: float):
+    """``value`` as a scalar of ``x``'s dtype: bfloat16 arrays (ml_dtypes) promote a Python
+    float to float32, where NumPy's own types keep theirs."""
+    return x.dtype.type(value)
+
+
 def _gelu_impl(xp, x):
-    return 0.5 * x * (1 + xp.tanh(_GELU_C * (x + _GELU_A * x * x * x)))
+    half, c, a = _number(x, 0.5), _number(x, _GELU_C), _number(x, _GELU_A)
+    return half * x * (1 + xp.tanh(c * (x + a * x * x * x)))
 
 
 def _gelu_gradient(x, y, g):
@@ -126,8 +140,11 @@ UNARY = {  # op: (impl(xp, x), gradient(x, y, g) of x)
     "sqrt": (lambda xp, x: xp.sqrt(x), lambda x, y, g: g / (y * 2.0)),
     "tanh": (lambda xp, x: xp.tanh(x), lambda x, y, g: g * (1.0 - y * y)),
     # sigmoid through tanh never overflows, unlike 1 / (1 + exp(-x)) for large negative x.
-    "sigmoid": (lambda xp, x: (xp.tanh(x * 0.5) + 1) * 0.5, lambda x, y, g: g * y * (1.0 - y)),
-    "relu": (lambda xp, x: xp.maximum(x, 0), lambda x, y, g: relu_grad(x, g)),
+    "sigmoid": (
+        lambda xp, x: (xp.tanh(x * _number(x, 0.5)) + 1) * _number(x, 0.5),
+        lambda x, y, g: g * y * (1.0 - y),
+    ),
+    "relu": (lambda xp, x: xp.maximum(x, _number(x, 0.0)), lambda x, y, g: relu_grad(x, g)),
     "gelu": (_gelu_impl, _gelu_gradient),
 }
 
@@ -178,7 +195,7 @@ def _cast_shape(types, *, dtype):
 
 
 def _cast_vjp(inputs, outputs, cts, *, dtype):
-    if not (inputs[0].dtype.startswith("float") and dtype.startswith("float")):
+    if not (is_float(inputs[0].dtype) and is_float(dtype)):
         return [None]
     return [cast(cts[0], inputs[0].dtype)]
 

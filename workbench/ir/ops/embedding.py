@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from workbench.ir.builder import Tensor
 from workbench.ir.graph import TensorType
-from workbench.ir.ops._common import emit
+from workbench.ir.ops._common import emit, in_float32
 from workbench.ir.rules import ShapeError, define_op, require_float
 
 
@@ -40,6 +42,13 @@ def _scatter_add_rows(xp, ids, rows, vocabulary):
     return out
 
 
+def _embedding_grad_impl(xp, ids, g, *, vocabulary):
+    # CuPy's add.at has no bfloat16 kernel (CuPy 14 supports float16, float32, float64): sum
+    # bfloat16 rows in float32 there.
+    bfloat16_on_gpu = xp is not np and g.dtype.name == "bfloat16"
+    return in_float32(lambda g: _scatter_add_rows(xp, ids, g, vocabulary), g, widen=bfloat16_on_gpu)
+
+
 def _embedding_grad_shape(types, *, vocabulary):
     ids, g = types
     if g.shape[:-1] != ids.shape:
@@ -58,7 +67,7 @@ define_op(
 )
 define_op(
     "embedding_grad",
-    impl=lambda xp, ids, g, *, vocabulary: _scatter_add_rows(xp, ids, g, vocabulary),
+    impl=_embedding_grad_impl,
     shape=_embedding_grad_shape,
     vjp=lambda inputs, outputs, cts, *, vocabulary: [None, embedding(inputs[0], cts[0])],
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from workbench.ir.builder import Tensor
 from workbench.ir.graph import TensorType
-from workbench.ir.ops._common import emit
+from workbench.ir.ops._common import emit, in_float32, lacks_16_bit_product
 from workbench.ir.ops.shapes import reshape, transpose
 from workbench.ir.rules import ShapeError, define_op, require_float, same_dtype
 
@@ -47,4 +47,8 @@ def _matmul_vjp(inputs, outputs, cts):
     return [grad_a, grad_b]
 
 
-define_op("matmul", impl=lambda xp, a, b: a @ b, shape=_matmul_shape, vjp=_matmul_vjp)
+def _matmul_impl(xp, a, b):
+    return in_float32(lambda a, b: a @ b, a, b, widen=lacks_16_bit_product(xp, a, b))
+
+
+define_op("matmul", impl=_matmul_impl, shape=_matmul_shape, vjp=_matmul_vjp)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from workbench.ir.builder import Tensor
 from workbench.ir.graph import TensorType
-from workbench.ir.ops._common import emit, sum_to_shape
+from workbench.ir.ops._common import emit, in_float32, sum_to_shape
 from workbench.ir.ops.elementwise import sqrt
 from workbench.ir.ops.reductions import reduce_mean
 from workbench.ir.rules import ShapeError, define_op, require_float, same_dtype
@@ -19,6 +19,11 @@ def layer_norm(x: Tensor, gamma: Tensor, beta: Tensor, epsilon: float = 1e-5) ->
 
 
 def _layer_norm_impl(xp, x, gamma, beta, *, epsilon):
+    # 16-bit inputs are normalised in float32: the variance of float16 values underflows.
+    return in_float32(lambda *arrays: _normalized(xp, *arrays, epsilon), x, gamma, beta)
+
+
+def _normalized(xp, x, gamma, beta, epsilon):
     mean = xp.mean(x, axis=-1, keepdims=True)
     centered = x - mean
     variance = xp.mean(centered * centered, axis=-1, keepdims=True)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from workbench.ir.builder import Tensor
 from workbench.ir.graph import TensorType
-from workbench.ir.ops._common import emit
+from workbench.ir.ops._common import emit, in_float32
 from workbench.ir.ops.elementwise import cast, equal
 from workbench.ir.ops.shapes import broadcast_to, reshape
 from workbench.ir.rules import NOT_DIFFERENTIABLE, ShapeError, define_op, normalize_axes
@@ -67,7 +67,9 @@ def _count(x: Tensor, axes) -> int:
 
 define_op(
     "sum",
-    impl=lambda xp, x, *, axes, keepdims: xp.sum(x, axis=axes, keepdims=keepdims),
+    impl=lambda xp, x, *, axes, keepdims: in_float32(
+        lambda x: xp.sum(x, axis=axes, keepdims=keepdims), x
+    ),
     shape=_reduction_shape("sum"),
     vjp=lambda inputs, outputs, cts, *, axes, keepdims: [
         _spread(cts[0], inputs[0], axes, keepdims)
@@ -75,7 +77,9 @@ define_op(
 )
 define_op(
     "mean",
-    impl=lambda xp, x, *, axes, keepdims: xp.mean(x, axis=axes, keepdims=keepdims),
+    impl=lambda xp, x, *, axes, keepdims: in_float32(
+        lambda x: xp.mean(x, axis=axes, keepdims=keepdims), x
+    ),
     shape=_reduction_shape("mean"),
     vjp=lambda inputs, outputs, cts, *, axes, keepdims: [
         _spread(cts[0] * (1.0 / _count(inputs[0], axes)), inputs[0], axes, keepdims)

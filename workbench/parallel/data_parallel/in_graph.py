@@ -14,6 +14,11 @@ own replica graph instead: ``replica.py``).
 
 Every device runs its partition each step (``model_parallel/device.py``, which feeds each
 tower its rows of the global batch).
+
+With ``--accumulate K`` (mirrored) each device holds K towers, one per micro-step, fed
+consecutive slices of the replica's rows (tower ``i*K + k`` is device i's micro-step k); their
+gradients are summed before the buckets are packed, so each bucket is all-reduced once, and
+the device's loss is the mean of its towers'.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from workbench.parallel.collectives import plan_buckets
 from workbench.parallel.model_parallel.graph import ModelParallelPlan
 from workbench.parallel.parameter_server.client_graph import build_parameter_server_graph
 from workbench.parallel.parameter_server.partitioner import place_variables
-from workbench.parallel.towers import build_tower, tower_scope
+from workbench.parallel.towers import Tower, build_tower, tower_scope
 from workbench.passes import partition, place, run_passes
 from workbench.training.graphs import LEARNING_RATE
 
@@ -45,9 +50,11 @@ def build_in_graph_replication(
     devices: Sequence[str],
     central_storage: bool = False,
     bucket_bytes: int = 25 * 2**20,
+    accumulate: int = 1,
 ) -> ModelParallelPlan:
     """The placed and partitioned in-graph client graph for ``devices`` towers of
-    ``batch_size // len(devices)`` rows each."""
+    ``batch_size // len(devices)`` rows each (mirrored with ``accumulate`` K: K towers per
+    device of a K-th of that each)."""
     per_tower = batch_size // len(devices)
     if central_storage:
         graph = build_parameter_server_graph(
@@ -64,15 +71,27 @@ def build_in_graph_replication(
     builder = GraphBuilder()
     shapes = model.parameter_shapes()
     buckets = plan_buckets(shapes, np.dtype(dtype).itemsize, bucket_bytes)
-    scale = np.asarray(1.0 / len(devices), dtype=dtype)
+    # The sum of every replica's K micro-step means -> the global-batch mean.
+    scale = np.asarray(1.0 / (len(devices) * accumulate), dtype=dtype)
     losses = {}
     for index, device in enumerate(devices):
-        scope = tower_scope(index)
+        scope = tower_scope(index * accumulate)
         with builder.device(device), builder.scope(scope):
             reads = {name: builder.variable(name, shape, dtype) for name, shape in shapes.items()}
-        tower = build_tower(
-            builder, model, device, index, lambda reads=reads: reads, reads, per_tower, dtype
-        )
+        towers = [
+            build_tower(
+                builder,
+                model,
+                device,
+                index * accumulate + micro_step,
+                lambda reads=reads: reads,
+                reads,
+                per_tower // accumulate,
+                dtype,
+            )
+            for micro_step in range(accumulate)
+        ]
+        tower = _summed(builder, device, scope, towers, dtype)
         losses[f"{scope}/loss"] = tower.loss
         with builder.device(device), builder.scope(scope):
             learning_rate = builder.placeholder(LEARNING_RATE, (), dtype)
@@ -94,8 +113,35 @@ def build_in_graph_replication(
                     )
     built, _ = run_passes(builder.build(losses))
     placed = place(built, list(devices))
-    return ModelParallelPlan(placed, partition(placed, list(devices)), _towers(devices), TOWERS)
+    return ModelParallelPlan(
+        placed, partition(placed, list(devices)), _towers(devices, accumulate), TOWERS
+    )
 
 
-def _towers(devices: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    return tuple((tower_scope(index), device) for index, device in enumerate(devices))
+def _summed(
+    builder: GraphBuilder, device: str, scope: str, towers: list[Tower], dtype: str
+) -> Tower:
+    """One device's micro-step towers as one: their gradients summed (in micro-step order),
+    their losses' mean; a single tower as it is."""
+    if len(towers) == 1:
+        return towers[0]
+    with builder.device(device), builder.scope(scope), builder.scope("accumulate"):
+        gradients = {}
+        for name in towers[0].gradients:
+            total = towers[0].gradients[name]
+            for tower in towers[1:]:
+                total = total + tower.gradients[name]
+            gradients[name] = total
+        loss = towers[0].loss
+        for tower in towers[1:]:
+            loss = loss + tower.loss
+        loss = loss * builder.constant(np.asarray(1.0 / len(towers), dtype=dtype))
+    return Tower(loss, gradients)
+
+
+def _towers(devices: Sequence[str], accumulate: int = 1) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (tower_scope(index * accumulate + micro_step), device)
+        for index, device in enumerate(devices)
+        for micro_step in range(accumulate)
+    )

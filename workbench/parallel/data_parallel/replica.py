@@ -6,10 +6,12 @@ updates and broadcasts the variables), then the identical optimizer update on ev
 Nothing but small step requests and summaries travel through the client.
 
 With ``--compression`` the buckets go through a codec
-(:mod:`workbench.parallel.collectives.compression`); with fp16/bf16 a step whose sum overflowed
-is skipped on every replica. Besides events and losses, a task reports scalars: its gradients'
-uncompressed bytes (``gradient_bytes``) and, from replica 0, ``loss_scale`` and
-``skipped_steps``.
+(:mod:`workbench.parallel.collectives.compression`); with fp16/bf16, or ``--precision
+mixed-*`` (:mod:`workbench.parallel.mixed_precision`), a step whose sum overflowed is skipped
+on every replica. Besides events and losses, a task reports scalars: its gradients'
+uncompressed bytes (``gradient_bytes``), from replica 0, ``loss_scale`` and
+``skipped_steps``, and the most the device held during its steps (``memory/...``:
+:mod:`workbench.runtime.device_memory`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from workbench.parallel.collectives.compression import (
 )
 from workbench.parallel.collectives.nccl import NcclAllReduce
 from workbench.parallel.data_parallel.gradient_worker import GradientWorker
+from workbench.parallel.mixed_precision import mixed_precision_scaler, refresh_compute_copy
 from workbench.parallel.resident_steps import keep_resident
 from workbench.parallel.stop_gate import may_begin
 from workbench.parallel.worker_spec import WorkerSpec
@@ -55,7 +58,11 @@ class Replica(GradientWorker):
     def __init__(self, spec: ReplicaSpec) -> None:
         super().__init__(spec.worker)
         self.replica_spec = spec
-        self.update = Executable(build_update_graph(self.model, self.optimizer, self.config.dtype))
+        self.update = Executable(
+            build_update_graph(
+                self.model, self.optimizer, self.config.dtype, precision=self.config.precision
+            )
+        )
         self.transport = PeerTransport(
             self.spec.run_id,
             self.spec.rank,
@@ -85,7 +92,9 @@ class Replica(GradientWorker):
             float(self.scale),
             self.config.seed,
         )
-        self.scaler = self.codec.scaler  # fp16/bf16 only: the dynamic loss scaler
+        # The dynamic loss scaler: --compression fp16/bf16 scales the wire with it, --precision
+        # mixed-* the loss; with both, the one scaler does both and moves once a step.
+        self.scaler = self.codec.scaler or mixed_precision_scaler(self.config.precision)
         # Central storage pushes each gradient to rank 0 through a push codec (one receiver).
         self.push_encoder = (
             PushEncoder(self.compression, self.config.seed)
@@ -106,11 +115,14 @@ class Replica(GradientWorker):
                 break  # the run was stopped (docs/architecture/faults.md, "Faults and stragglers")
             last = step
             self.transport.step = step
+            self.memory.begin(self.state)
             start = self.clock()
             sent, received = self.transport.bytes_sent, self.transport.bytes_received
             reductions: list = []
             overlap = None if self.replica_spec.central_storage else self._overlap(step, reductions)
             gradients, loss = self.compute(step, on_fetch=overlap)
+            for gradient in gradients.values():  # live until the step ends
+                self.memory.hold("gradients", gradient)
             computed = self.clock()
             if self.replica_spec.central_storage:
                 step_events, applied = self._central_update(step, gradients, start, computed)
@@ -142,11 +154,16 @@ class Replica(GradientWorker):
                     ),
                     PhaseEvent(self.device, Phase.UPDATE, step, reduced, updated),
                 ]
+            self.memory.end()
             losses.append((step, loss))
             scalars += self._scaler_reports(step, applied)
         if last >= first:
             scalars.append(("gradient_bytes", last, gradient_bytes, self.device))
+            scalars += self.memory.report(last)
         return {"events": events, "losses": losses, "scalars": scalars}
+
+    def loss_scale(self) -> float:
+        return self.scaler.scale if self.scaler is not None else 1.0
 
     def _scaler_reports(self, step: int, applied: bool) -> list[tuple]:
         """Replica 0 reports the loss scaler (every replica's is the same)."""
@@ -192,6 +209,7 @@ class Replica(GradientWorker):
             bucket = self.buckets[index]
             if len(filled[index]) == len(bucket.names):
                 flat = bucket.pack(filled.pop(index), self.xp)
+                self.memory.hold("communication", flat)
                 self._simulate_overflow(step, flat)
                 future = self.communication.submit(self._reduce, flat, f"s{step}/b{index}", index)
                 # Mid-backward: a device wait here would stall the kernels still to launch.
@@ -211,6 +229,7 @@ class Replica(GradientWorker):
         averaged, totals = {}, []
         for index, future, _ in reductions:
             total = future.result()
+            self.memory.hold("communication", total)  # the bucket itself, reduced in place
             total *= self.scale  # the sum of per-replica means -> the global-batch mean
             totals.append(total)
             averaged.update(self.buckets[index].unpack(total))
@@ -244,7 +263,7 @@ class Replica(GradientWorker):
     def _apply(self, step: int, averaged: dict) -> None:
         feeds = {gradient_name(name): averaged[name] for name in self.names}
         feeds[LEARNING_RATE] = self.learning_rate(step)
-        self.update.run(feeds, self.state, self.xp)
+        self.update.run(feeds, self.state, self.xp, ledger=self.ledger)
 
     def _central_update(
         self, step: int, gradients: dict, start: float, computed: float
@@ -257,7 +276,10 @@ class Replica(GradientWorker):
         if self.push_encoder is None:
             averaged = {}
             for index, bucket in enumerate(self.buckets):
-                total = reduce(transport, bucket.pack(gradients, self.xp), f"s{step}/g{index}")
+                packed = bucket.pack(gradients, self.xp)
+                self.memory.hold("communication", packed)
+                self._simulate_overflow(step, packed)  # --precision mixed-*'s skip, watched
+                total = reduce(transport, packed, f"s{step}/g{index}")
                 if central:
                     total *= self.scale
                     averaged.update(bucket.unpack(total))
@@ -280,10 +302,12 @@ class Replica(GradientWorker):
                 if central
                 else self.xp.empty(bucket.size, self.dtype)
             )
+            self.memory.hold("communication", values)
             fresh = broadcast(transport, values, f"s{step}/v{index}")
             if not central:
                 for name, value in bucket.unpack(fresh).items():
                     self.state[name][...] = value
+                    refresh_compute_copy(self.state, name)
         pulled = self.clock()
         return [
             PhaseEvent(self.device, Phase.COMPUTE, step, start, computed),

@@ -141,13 +141,15 @@ class ModelParallelDevice(ResidentProgram):
                 break  # the run was stopped (docs/architecture/faults.md, "Faults and stragglers")
             self.transport.step = self.rendezvous.step = self.collectives.step = step
             self.current_step = step
+            self.memory.begin(self.state)
             feeds = self._feeds(step)
             self.rendezvous.waits, self.rendezvous.sent = [], 0
             self.collectives.calls = []
             start = self.clock()
             with self.straggler.computing():
-                out = self.program.run(feeds, self.state, self.xp)
+                out = self.program.run(feeds, self.state, self.xp, ledger=self.memory.ledger)
             self.transport.flush()
+            self.memory.end()
             end = self.clock()
             cursor = start
             path = self.transport.paths_taken()
@@ -170,7 +172,8 @@ class ModelParallelDevice(ResidentProgram):
                 )
             loss = next((value for key, value in out.items() if key.endswith("loss")), None)
             losses.append((step, None if loss is None else float(loss)))
-        return {"events": events, "losses": losses}
+        scalars = self.memory.report(losses[-1][0]) if losses else []
+        return {"events": events, "losses": losses, "scalars": scalars}
 
     def _feeds(self, step: int) -> dict[str, Any]:
         """What each placeholder wants this step (by its name, :func:`feed_parts`)."""

@@ -34,11 +34,13 @@ from workbench.optim import Optimizer, emit_updates
 from workbench.parallel.pipeline.stages import split_layers
 from workbench.passes import (
     Partitioned,
+    PassReport,
     PlacementError,
     Schedule,
     partition,
     place,
     predict_schedule,
+    recompute_passes,
     run_passes,
 )
 from workbench.passes.place import resolve_device
@@ -90,6 +92,8 @@ class ModelParallelPlan:
     prediction: Prediction | None = None
     # Layers some of whose backward nodes run elsewhere: layer -> every device of its backward.
     backward_devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # What the graph passes did before placement (recomputation's clones among them).
+    report: PassReport | None = None
 
     def describe(self) -> str:
         lines = [self.heading]
@@ -101,6 +105,8 @@ class ModelParallelPlan:
         if self.prediction is not None:
             lines += self.prediction.lines()
             seconds = self.prediction.transfer_seconds
+        if self.report is not None:
+            lines.append(self.report.summary())
         lines.append("partitions and Send/Recv pairs:")
         lines.append(self.partitioned.describe(seconds))
         return "\n".join(lines)
@@ -115,9 +121,12 @@ def build_model_parallel_graph(
     placement: str = "greedy",
     cost: CostModel | None = None,
     cost_source: str | None = None,
+    recompute: str = "none",
 ) -> ModelParallelPlan:
     """The whole training graph of ``model``, placed over ``devices`` as ``placement`` says
-    (see the module docstring) and partitioned, with the costs ``cost`` predicts for it.
+    (see the module docstring) and partitioned, with the costs ``cost`` predicts for it;
+    ``recompute`` (the ``--recompute`` policy) rewrites it before placement, so the clones
+    are placed, partitioned and costed with the rest.
 
     Examples
     --------
@@ -158,7 +167,8 @@ def build_model_parallel_graph(
     after = [loss.value.node, *(grad.value.node for grad in grads)]
     with builder.scope("update"):
         emit_updates(optimizer, ordered, grads, learning_rate, after)
-    graph, _ = run_passes(builder.build({"loss": loss}))
+    final = recompute_passes(recompute, [layer.name for layer in model.layers])
+    graph, report = run_passes(builder.build({"loss": loss}), final=final)
     # TF's colocate_gradients_with_ops where layers are pinned (by the user or by the split);
     # greedy lets a gradient go where it finishes first.
     colocate = not free or any(device is not None for device in pinned.values())
@@ -183,7 +193,12 @@ def build_model_parallel_graph(
         )
     prediction = _predict(placed, partitioned, cost, source)
     return ModelParallelPlan(
-        placed, partitioned, layer_devices, prediction=prediction, backward_devices=split
+        placed,
+        partitioned,
+        layer_devices,
+        prediction=prediction,
+        backward_devices=split,
+        report=report,
     )
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from distributed.protocol import to_serialize
 
 from workbench.config import RunConfig
-from workbench.events.records import Phase, PhaseEvent, StepReport
+from workbench.events.records import Phase, PhaseEvent, ScalarEvent, StepReport
 from workbench.ir import Executable
 from workbench.ir.ops.communication import RENDEZVOUS
 from workbench.optim import LearningRateSchedule, make_optimizer
@@ -49,6 +49,7 @@ from workbench.parallel.parameter_server.protocol import (
 )
 from workbench.parallel.parameter_server.table_rendezvous import TableRendezvous
 from workbench.runtime.device_arrays import DeviceArrays
+from workbench.runtime.device_memory import DeviceMemory
 from workbench.runtime.peer_transport import route, wire_of
 from workbench.runtime.worker_service import (
     SERVICE_NAME,
@@ -105,6 +106,9 @@ class ParameterShard:
         self.route = route(self.arrays.on_gpu, self.wire)
         self.state = {n: self.arrays.to_device(v) for n, v in spec.store.items()}
         self.state[RENDEZVOUS] = self.rendezvous
+        # What the shard measures of its memory: each pull served and each update applied is
+        # a window (on the shard's one thread); the snapshots carry the reports.
+        self.memory = DeviceMemory(self.device, self.xp)
         bound = spec.staleness if spec.mode == "async" else None
         # Versions count updates from the run's start: a step in sync mode, a push in async.
         first_version = spec.first_step * (spec.workers if spec.mode == "async" else 1)
@@ -221,11 +225,17 @@ class ParameterShard:
         ).result()
         names = set(self.names)
         events, self.events = self.events, []  # each event is handed over once
+        step = max(self.protocol.version - 1, 0)
+        if self.async_mode:
+            step //= self.spec.workers
+        now = self.clock()
+        memory = self.thread.submit(self.memory.report, step).result()
+        reports = [ScalarEvent(name, at, value, now, on) for name, at, value, on in memory]
         return {
             "parameters": {n: v for n, v in state.items() if n in names},
             "optimizer_state": {n: v for n, v in state.items() if n not in names},
             "staleness": list(self.protocol.staleness_log),
-            "events": events,
+            "events": [*events, *reports],
         }
 
     # --- instructions ----------------------------------------------------------------------------
@@ -259,10 +269,14 @@ class ParameterShard:
     def _serve(self, worker: int) -> Any:
         """Run the partition's sends; the pull reply is what they sent ``worker``."""
         self.rendezvous.sent = {}
-        self.serve.run({}, self.state, self.xp)
-        return pack_pull(
-            self.rendezvous.sent, self.pulls[worker if self.spec.in_graph else 0], self.xp
-        )
+        with self.memory.step(self.state) as ledger:
+            self.serve.run({}, self.state, self.xp, ledger=ledger)
+            values = pack_pull(
+                self.rendezvous.sent, self.pulls[worker if self.spec.in_graph else 0], self.xp
+            )
+            ledger.hold_array("communication", values)
+            ledger.release_array(values)  # on its way: the reply serialises it
+        return values
 
     def _apply(self, update: ApplyUpdate) -> None:
         """Feed the pushed gradients to the partition's recvs and run its updates. In-graph,
@@ -282,7 +296,10 @@ class ParameterShard:
             received = {t.key: value for t, value in zip(transfers, averaged)}
         self.rendezvous.received = received
         feeds = {self.learning_rate_feed: self.arrays.scalar(self.dtype(self.schedule(step)))}
-        self.update.run(feeds, self.state, self.xp)
+        with self.memory.step(self.state) as ledger:
+            for value in received.values():  # the pushed gradients, decoded
+                self.memory.hold("communication", value)
+            self.update.run(feeds, self.state, self.xp, ledger=ledger)
 
 
 def setup_shard(spec: ShardSpec) -> str:

@@ -6,6 +6,10 @@ pushes carry. Pulls go to the shards in shard order (a fixed order, like lock or
 bounded-staleness waits can never form a cycle); each pull is answered with the shard's
 variables and the version they are at; the gradient for each shard is pushed with the version
 it was computed from, which is how the shard measures staleness.
+
+With ``--accumulate K`` a worker runs its partition K times between a pull and a push, on
+consecutive slices of its rows, and pushes the mean of the K gradients: one pull and one push
+per step (or, async, per push), sync and async alike.
 """
 
 from __future__ import annotations
@@ -37,8 +41,10 @@ from workbench.parallel.resident_steps import keep_resident
 from workbench.parallel.stop_gate import may_begin
 from workbench.parallel.towers import feed_parts
 from workbench.parallel.worker_spec import WorkerSpec
+from workbench.runtime.device_memory import REPORT_EVERY
 from workbench.runtime.peer_transport import route, wire_of
 from workbench.runtime.worker_service import CALL_HANDLER, device_service
+from workbench.training.gradient_accumulation import GradientSum, mean_loss, micro_slices
 from workbench.training.graphs import DROPOUT_SEED, INPUTS, LABELS
 from workbench.training.session import dropout_seed
 
@@ -83,7 +89,7 @@ class ParameterServerWorker(GradientWorker):
         self.graph = spec.client_graph or build_parameter_server_graph(
             self.model,
             self.optimizer,
-            config.batch_size // spec.worker.replicas,
+            self.micro_batch_size(),
             config.dtype,
             [spec.worker.device],
             list(spec.shard_devices),
@@ -129,6 +135,7 @@ class ParameterServerWorker(GradientWorker):
             done = done or reply.get("done", False)
             versions.append(reply["version"])
             values = self.arrays.adopt(reply["values"])
+            self.memory.hold("communication", values)  # the partition's recvs view it
             received += values.nbytes
             keys = [t.key for t in transfers]
             self.rendezvous.received.update(unpack_pull(values, transfers, keys))
@@ -138,16 +145,36 @@ class ParameterServerWorker(GradientWorker):
         self, step: int, fed: tuple | None = None, on_fetch=None
     ) -> tuple[dict[str, Any], float]:
         """Run this worker's partition on its slice of step ``step`` (after a pull): the
-        gradients its sends produced, by transfer key, and the loss."""
+        gradients its sends produced, by transfer key, and the loss. With ``--accumulate K``,
+        K runs on consecutive slices of the rows, and the mean of their gradients."""
         self.current_step = step
         inputs, labels = self.batch(step, fed)
+        total = GradientSum(self.micro_steps, self.xp, self.ledger)
+        slices = list(micro_slices(len(labels), self.micro_steps))
+        losses = []
+        with self.straggler.computing():
+            for micro_step, rows in enumerate(slices):
+                sent, loss = self._run_partition(step, inputs[rows], labels[rows])
+                losses.append(loss)
+                if self.micro_steps == 1:
+                    return sent, loss
+                last = micro_step == len(slices) - 1
+                for key, gradient in sent.items():
+                    if last:
+                        sent[key] = total.finish(key, gradient)
+                    else:
+                        total.add(key, gradient)
+        return sent, mean_loss(losses)
+
+    def _run_partition(self, step: int, inputs: Any, labels: Any) -> tuple[dict, float]:
+        """One run of this worker's partition on ``inputs`` and ``labels``: what its sends
+        produced, by transfer key, and the loss."""
         by_feed = {INPUTS: inputs, LABELS: labels}
         if self.model.uses_dropout:
             by_feed[DROPOUT_SEED] = dropout_seed(self.config.seed, step)
         feeds = {name: by_feed[feed] for name, feed in self.feed_of.items()}
         self.rendezvous.sent = {}
-        with self.straggler.computing():
-            out = self.gradients.run(feeds, self.state, self.xp)
+        out = self.gradients.run(feeds, self.state, self.xp, ledger=self.ledger)
         return self.rendezvous.sent, float(out[self.loss_key])
 
     def _push(
@@ -204,16 +231,22 @@ class ParameterServerWorker(GradientWorker):
             if not may_begin(self.spec.run_id, step):
                 break  # the run was stopped (docs/architecture/faults.md, "Faults and stragglers")
             self.current_step = step
+            self.memory.begin(self.state)
             start = self.clock()
             versions, received, _ = self._pull(step)
             pulled = self.clock()
             gradients, loss = self.compute(step, batches[index] if batches else None)
+            for gradient in gradients.values():  # live until pushed
+                self.memory.hold("gradients", gradient)
             computed = self.clock()
             pushed = self._push(step, gradients, versions)
+            self.memory.end()
             events += self._phases(step, start, pulled, computed, received, pushed)
             losses.append((step, loss))
             staleness.append((step, max(pushed["staleness"], default=0)))
             scalars.append(self._gradient_bytes(step, pushed))
+        if losses:
+            scalars += self.memory.report(losses[-1][0])
         return {"events": events, "losses": losses, "staleness": staleness, "scalars": scalars}
 
     def _gradient_bytes(self, step: int, pushed: dict) -> tuple:
@@ -230,16 +263,21 @@ class ParameterServerWorker(GradientWorker):
         step = first
         while True:
             self.current_step = step
+            self.memory.begin(self.state)
             start = self.clock()
             versions, received, done = self._pull(step, newest_first=sync)
             if done:
+                self.memory.end()
                 return report
             if sync:  # the newest step the shards are at (past ours when we were late)
                 step = versions[0]
             pulled = self.clock()
             gradients, loss = self.compute(step)
+            for gradient in gradients.values():  # live until pushed
+                self.memory.hold("gradients", gradient)
             computed = self.clock()
             pushed = self._push(step, gradients, versions, report)
+            self.memory.end()
             report = self._empty_report()
             report["events"] += self._phases(step, start, pulled, computed, received, pushed)
             # The run's progress in steps: a sync update per step, an async one per push.
@@ -248,6 +286,8 @@ class ParameterServerWorker(GradientWorker):
             if not pushed["dropped"]:
                 report["staleness"].append((progress, max(pushed["staleness"], default=0)))
             report["scalars"].append(self._gradient_bytes(progress, pushed))
+            if step % REPORT_EVERY == 0:  # the peak since the last report
+                report["scalars"] += self.memory.report(progress)
             step += 1
 
     def _empty_report(self) -> StepReport:

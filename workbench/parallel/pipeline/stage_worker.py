@@ -2,7 +2,8 @@
 
 Each step the stage plays its action list: a forward takes the micro-batch from the data (first
 stage) or from the previous stage's mailbox, and sends its activation on; a backward takes the
-gradient from the next stage (or the loss, on the last), recomputes its forward, and sends the
+gradient from the next stage (or the loss, on the last), with the forward values it kept for
+that micro-batch (what ``--recompute`` does not recompute: ``stages.py``), and sends the
 input gradient back. Parameter gradients are summed over micro-batches and averaged into one
 optimizer update per step. Activations arriving from a neighbour land in this worker's mailbox
 while it computes, so transfers overlap compute.
@@ -87,9 +88,15 @@ class StageWorker(ResidentProgram):
         self.microbatch = self.replica_batch // spec.microbatches
         layers = split_layers(model, self.stages)[self.stage]
         graphs = build_stage_graphs(
-            model, layers, self.microbatch, config.dtype, self.first, self.last
+            model,
+            layers,
+            self.microbatch,
+            config.dtype,
+            self.first,
+            self.last,
+            recompute=config.recompute,
         )
-        self.names = graphs.parameter_names
+        self.names, self.stash = graphs.parameter_names, graphs.stash
         self.forward, self.backward = Executable(graphs.forward), Executable(graphs.backward)
         self.update = Executable(build_update_graph(model, optimizer, config.dtype, self.names))
         super().__init__(worker, optimizer, self.names)
@@ -166,7 +173,10 @@ class StageWorker(ResidentProgram):
             if not may_begin(self.spec.worker.run_id, step):
                 break  # the run was stopped (docs/architecture/faults.md, "Faults and stragglers")
             transport.step = self.current_step = step
+            self.memory.begin(self.state)
+            ledger = self.memory.ledger
             stashed: dict[int, Any] = {}
+            kept: dict[int, dict[str, Any]] = {}  # forward values a micro-batch's backward reads
             totals: dict[str, Any] = {}
             step_loss = 0.0
             for action in self.actions:
@@ -179,38 +189,52 @@ class StageWorker(ResidentProgram):
                         stage_input = transport.recv(self.rank - 1, f"s{step}/a{m}")
                         self._phase(events, Phase.RECV, step, start, 0, stage_input.nbytes)
                     stashed[m] = stage_input
+                    # Kept for this micro-batch's backward: the schedule decides how many.
+                    ledger.hold_array("activations", stage_input)
                     start = self.clock()
                     with self.straggler.computing():
                         feeds = self._feeds(step, m, stage_input)
-                        out = self.forward.run(feeds, self.state, self.xp)
+                        out = self.forward.run(feeds, self.state, self.xp, ledger=ledger)
                     self._phase(events, Phase.COMPUTE, step, start)
+                    kept[m] = {key: out[key] for key in self.stash}
+                    for value in kept[m].values():
+                        ledger.hold_array("activations", value)
                     if self.last:
                         step_loss += float(out["loss"]) / self.microbatches
                     else:
                         start = self.clock()
                         transport.send_async(self.rank + 1, f"s{step}/a{m}", out[ACTIVATION])
+                        self.memory.hold("communication", out[ACTIVATION])  # until the flush
                         self._phase(events, Phase.SEND, step, start, out[ACTIVATION].nbytes)
                 else:
-                    feeds = self._feeds(step, m, stashed.pop(m))
+                    feeds = {**self._feeds(step, m, stashed.pop(m)), **kept.pop(m)}
                     if not self.last:
                         start = self.clock()
                         feeds[OUTPUT_GRADIENT] = transport.recv(self.rank + 1, f"s{step}/g{m}")
                         self._phase(
                             events, Phase.RECV, step, start, 0, feeds[OUTPUT_GRADIENT].nbytes
                         )
+                        ledger.hold_array("communication", feeds[OUTPUT_GRADIENT])
                     start = self.clock()
                     with self.straggler.computing():
-                        out = self.backward.run(feeds, self.state, self.xp)
+                        out = self.backward.run(feeds, self.state, self.xp, ledger=ledger)
+                    ledger.release_array(feeds[STAGE_INPUT])  # the stashed input is done
+                    for key in self.stash:
+                        ledger.release_array(feeds[key])
+                    if not self.last:
+                        ledger.release_array(feeds[OUTPUT_GRADIENT])
                     for name in self.names:
                         grad = out[gradient_name(name)]
                         if name in totals:
                             totals[name] += grad
                         else:
                             totals[name] = grad.copy()
+                            self.memory.hold("gradients", totals[name])
                     self._phase(events, Phase.COMPUTE, step, start)
                     if not self.first:
                         start = self.clock()
                         transport.send_async(self.rank - 1, f"s{step}/g{m}", out[INPUT_GRADIENT])
+                        self.memory.hold("communication", out[INPUT_GRADIENT])  # until the flush
                         self._phase(events, Phase.SEND, step, start, out[INPUT_GRADIENT].nbytes)
             transport.flush()  # every activation and gradient of this step delivered
             if self.replicas > 1:
@@ -220,13 +244,15 @@ class StageWorker(ResidentProgram):
             scale = self.dtype(1.0 / (self.microbatches * self.replicas))
             feeds = {gradient_name(n): totals[n] * scale for n in self.names}
             feeds[LEARNING_RATE] = self.arrays.scalar(self.dtype(self.schedule(step)))
-            self.update.run(feeds, self.state, self.xp)
+            self.update.run(feeds, self.state, self.xp, ledger=ledger)
+            self.memory.end()
             self._phase(events, Phase.UPDATE, step, start)
             losses.append((step, step_loss if self.last else None))
         report: StepReport = {"events": events, "losses": losses}
+        report["scalars"] = self.memory.report(losses[-1][0]) if losses else []
         if self.compression.compresses and losses:  # what the stage all-reduces would have sent
             dense = len(losses) * self._dense_allreduce_bytes()
-            report["scalars"] = [("gradient_bytes", losses[-1][0], dense, self.device)]
+            report["scalars"].append(("gradient_bytes", losses[-1][0], dense, self.device))
         return report
 
     def _dense_allreduce_bytes(self) -> int:
@@ -245,6 +271,7 @@ class StageWorker(ResidentProgram):
         summed = {}
         for index, bucket in enumerate(self.buckets):
             flat = bucket.pack(totals, self.xp)
+            self.memory.hold("communication", flat)
             summed.update(bucket.unpack(self.codec.reduce(flat, f"s{step}/dp{index}", index)))
         self._phase(
             events,

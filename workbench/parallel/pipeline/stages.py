@@ -2,11 +2,20 @@
 
 Stages are contiguous runs of layers balanced by their backward-pass cost, estimated from the
 parameter count (a proxy for FLOPs in dense layers; layers without parameters join a
-neighbour): a layer costs its forward, its re-computed forward, its weight gradient and its
+neighbour): a layer costs its forward, its re-computed forward (counted whatever
+``--recompute`` says, so the split is the same for every policy), its weight gradient and its
 input gradient, except the model's first, which has no input gradient to compute (3/4 of the
-others' cost per parameter). A stage's backward graph recomputes its
-forward from the stashed stage input before differentiating — GPipe's re-materialisation — so
-a stage keeps only its inputs between the forward and backward of a micro-batch.
+others' cost per parameter).
+
+A stage's forward and backward graphs are cut from one training graph of its layers (forward,
+then autodiff's backward), rewritten first by ``--recompute``
+(:mod:`workbench.passes.recompute`): the forward graph computes what the next stage (or the
+loss) needs and hands back every other forward value the backward reads (its *stash*, kept
+per in-flight micro-batch until that micro-batch's backward); the backward graph takes the
+stash, the stage input and the gradient from the next stage. With ``--recompute none`` the
+stash is every activation the backward reads; with ``full`` only the layers' boundaries, the
+rest recomputed in backward (GPipe's re-materialisation, per layer)
+(docs/guide/command-line.md, "Activation recomputation").
 """
 
 from __future__ import annotations
@@ -15,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.ir import Graph, GraphBuilder, gradients, ops
+from workbench.ir import Graph, GraphBuilder, Node, Value, gradients, ops
 from workbench.models import ApplyContext, Sequential
-from workbench.passes import run_passes
+from workbench.passes import extract, prune, recompute_layers, recompute_passes, run_passes
 from workbench.training.graphs import DROPOUT_SEED, LABELS, gradient_name
 
 STAGE_INPUT, OUTPUT_GRADIENT, ACTIVATION, INPUT_GRADIENT = (
@@ -26,6 +35,10 @@ STAGE_INPUT, OUTPUT_GRADIENT, ACTIVATION, INPUT_GRADIENT = (
     "activation",
     "input_gradient",
 )
+# The forward values a stage's backward reads are handed over under ``stash/<node>/<index>``.
+STASH = "stash"
+# Read again in backward from where they are (fed, constant or the device's variables).
+_SOURCES = ("placeholder", "constant", "variable")
 
 
 class StageError(ValueError):
@@ -78,46 +91,99 @@ class StageGraphs:
     forward: Graph
     backward: Graph
     parameter_names: tuple[str, ...]
+    # The forward outputs the backward takes as feeds of the same names (kept in between).
+    stash: tuple[str, ...] = ()
 
 
 def build_stage_graphs(
-    model: Sequential, layers: range, microbatch: int, dtype: str, first: bool, last: bool
+    model: Sequential,
+    layers: range,
+    microbatch: int,
+    dtype: str,
+    first: bool,
+    last: bool,
+    recompute: str = "none",
 ) -> StageGraphs:
+    """The stage's forward and backward graphs for micro-batches of ``microbatch`` rows, cut
+    from one training graph of ``layers`` rewritten by the ``recompute`` policy (see the
+    module docstring).
+
+    Examples
+    --------
+    >>> from workbench.models import mlp
+    >>> model = mlp((8,), 2, (16, 16))
+    >>> kept = build_stage_graphs(model, range(0, 2), 4, "float64", True, False)
+    >>> kept.stash
+    ('stash/dense_0/add/0', 'stash/dense_0/relu/0', 'stash/dense_1/add/0')
+    >>> build_stage_graphs(model, range(0, 2), 4, "float64", True, False, "full").stash
+    ('stash/dense_0/relu/0',)
+    """
     names = tuple(model.parameter_names(layers))
     shapes = model.parameter_shapes()
     in_shape = model.shapes[layers.start]
     in_dtype = "int64" if first and model.takes_integer_input else dtype
 
-    def forward_part(builder: GraphBuilder):
-        x = builder.placeholder(STAGE_INPUT, (microbatch, *in_shape), in_dtype)
-        params = {n: builder.variable(n, shapes[n], dtype) for n in names}
-        seed = builder.placeholder(DROPOUT_SEED, (), "int64") if model.uses_dropout else None
-        out = model.apply(x, params, ApplyContext(training=True, dropout_seed=seed), layers)
-        return x, params, out
-
     builder = GraphBuilder()
-    _, _, out = forward_part(builder)
-    if last:
-        labels = builder.placeholder(LABELS, (microbatch,), "int64")
-        forward = builder.build({"loss": ops.softmax_cross_entropy(out, labels)})
-    else:
-        forward = builder.build({ACTIVATION: out})
-
-    builder = GraphBuilder()
-    x, params, out = forward_part(builder)
+    x = builder.placeholder(STAGE_INPUT, (microbatch, *in_shape), in_dtype)
+    params = {n: builder.variable(n, shapes[n], dtype) for n in names}
+    seed = builder.placeholder(DROPOUT_SEED, (), "int64") if model.uses_dropout else None
+    out = model.apply(x, params, ApplyContext(training=True, dropout_seed=seed), layers)
     if last:
         labels = builder.placeholder(LABELS, (microbatch,), "int64")
         objective = ops.softmax_cross_entropy(out, labels)
+        ahead = {"loss": objective}
     else:
+        ahead = {ACTIVATION: out}
         # The vjp with the next stage's gradient: d(sum(out * g)) / d(inputs) = g^T J.
         incoming = builder.placeholder(OUTPUT_GRADIENT, out.shape, dtype)
         objective = ops.reduce_sum(out * incoming)
     wrt = [params[n] for n in names] + ([] if first else [x])
     results = gradients(builder, objective, wrt)
-    outputs = {gradient_name(n): g for n, g in zip(names, results)}
+    behind = {gradient_name(n): g for n, g in zip(names, results)}
     if not first:
-        outputs[INPUT_GRADIENT] = results[-1]
-    if last:
-        outputs["loss"] = objective
-    backward = builder.build(outputs)
-    return StageGraphs(run_passes(forward)[0], run_passes(backward)[0], names)
+        behind[INPUT_GRADIENT] = results[-1]
+    everything = {**ahead, **behind}
+    # Validated against the whole model; this stage recomputes those of its own layers.
+    chosen = recompute_layers(recompute, [layer.name for layer in model.layers])
+    own = [model.layers[i].name for i in layers]
+    policy = ",".join(name for name in own if name in chosen) or "none"
+    graph, _ = run_passes(builder.build(everything), final=recompute_passes(policy, own))
+    forward, backward, stash = _cut(graph, tuple(ahead), tuple(behind))
+    return StageGraphs(forward, backward, names, stash)
+
+
+def _cut(graph: Graph, ahead: tuple[str, ...], behind: tuple[str, ...]) -> tuple:
+    """(forward, backward, stash keys): the nodes the outputs ``ahead`` need, then the rest,
+    with each forward value the rest reads handed over as a stash feed (sources are read
+    again where they are)."""
+    forward = extract(graph, [graph.outputs[key].node for key in ahead])
+    done = {node.name for node in forward.nodes}
+    handed: dict[Value, Value] = {}
+    copied: dict[str, Node] = {}
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        if node.name in done:
+            continue
+        inputs = []
+        for value in node.inputs:
+            if value.node in done:
+                source = graph.node(value.node)
+                if source.op in _SOURCES:
+                    copied.setdefault(source.name, source)
+                elif value not in handed:
+                    name = f"{STASH}/{value.node}/{value.index}"
+                    handed[value] = Value(name)
+                    kind = graph.type_of(value)
+                    attrs = {"shape": kind.shape, "dtype": kind.dtype}
+                    copied[name] = Node(name, "placeholder", (), attrs, (kind,))
+                value = handed.get(value, value)
+            inputs.append(value)
+        # Forward nodes have run before any backward one: nothing to wait for there.
+        waits = tuple(name for name in node.control_inputs if name not in done)
+        nodes.append(node.replace(inputs=tuple(inputs), control_inputs=waits))
+    order = {node.name: position for position, node in enumerate(graph.nodes)}
+    ordered = sorted(handed, key=lambda value: (order[value.node], value.index))
+    stash = {handed[value].node: value for value in ordered}
+    forward = Graph(forward.nodes, {**{k: graph.outputs[k] for k in ahead}, **stash})
+    backward = Graph((*copied.values(), *nodes), {key: graph.outputs[key] for key in behind})
+    return forward, prune(backward), tuple(stash)

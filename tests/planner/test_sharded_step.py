@@ -1,0 +1,27 @@
+"""The planner's sharded step sends, device by device, what a sharded replica sends (the
+formulas of tests/parallel/test_sharded.py) at every ZeRO stage, and its programs run to the
+end in the simulator (every gather and reduce-scatter meets its peers')."""
+
+import pytest
+
+from tests.parallel.test_sharded import TWO_BUCKETS, sent_per_step
+from workbench.models import build_model
+from workbench.optim import make_optimizer
+from workbench.planner.device_costs import described_costs
+from workbench.planner.sharded_step import sharded_step
+from workbench.simulate import Send, parse_cluster, simulate
+
+MODEL = build_model("mlp", (64,), 10, (32, 16))  # the digits MLP of tests/parallel
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_every_device_sends_the_bytes_its_replica_sends(stage):
+    cluster = parse_cluster("dgx-h100,hosts=1,gpus-per-host=4")
+    costs = described_costs(cluster)
+    step = sharded_step(
+        MODEL, make_optimizer("momentum"), 32, "float64", cluster.devices, costs, 10485, stage
+    )
+    for rank, device in enumerate(cluster.devices):
+        sent = sum(a.nbytes for a in step.programs[device] if isinstance(a, Send))
+        assert sent == sent_per_step(TWO_BUCKETS, 4, rank, stage), (rank, device)
+    assert simulate(step.programs, step.link).makespan > 0

@@ -1,0 +1,146 @@
+"""``sharded``'s step as simulator programs, mirroring
+``parallel/data_parallel/sharded_replica.py``: backward on the replica's share with each
+bucket reduce-scattered on the communication thread as it completes, the update of the
+rank's shards, then (stages 1 and 2) the all-gather of the updated parameters; at stage 3 no
+all-gather after the update, but one of each bucket before its first read in forward and
+another before its first read in backward, queued on the communication thread behind the
+reduce-scatters as the replica queues them. The halves are the simulator's ring programs
+(:mod:`workbench.simulate.collectives`), cut where the all-gather begins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from workbench.ir.graph import Node
+from workbench.models import Sequential
+from workbench.optim import Optimizer
+from workbench.parallel.collectives import plan_buckets
+from workbench.parallel.data_parallel.gathered_reads import BACKWARD, gathered_reads
+from workbench.parallel.data_parallel.sharded_replica import shard_update_graph
+from workbench.parallel.data_parallel.shards import ShardLayout
+from workbench.planner.device_costs import DeviceCosts
+from workbench.planner.graph_segments import graph_seconds, node_actions
+from workbench.planner.step_programs import COMMUNICATION, StepPrograms
+from workbench.planner.stragglers import straggler_factor
+from workbench.simulate import (
+    Action,
+    Compute,
+    Labels,
+    RingOptions,
+    Signal,
+    Wait,
+    ring_allreduce_programs,
+)
+from workbench.simulate.programs import MAIN
+from workbench.training.graphs import build_training_graph, gradient_name
+
+
+def ring_halves(
+    devices: Sequence[str], nbytes: int, itemsize: int, add: float, key: str, stream: str
+) -> tuple[dict[str, list[Action]], dict[str, list[Action]]]:
+    """(the reduce-scatter, the all-gather) of a ring over ``devices`` of ``nbytes``, each
+    device's actions in ``stream``."""
+    options = RingOptions(itemsize, vectorised=False, labels=Labels("allreduce", stream))
+    whole = ring_allreduce_programs(list(devices), nbytes, add, key, options)
+    scatter, gather = {}, {}
+    for device, actions in whole.items():
+        cut = next(
+            (i for i, a in enumerate(actions) if "/ag" in str(getattr(a, "key", ""))),
+            len(actions),
+        )
+        scatter[device], gather[device] = actions[:cut], actions[cut:]
+    return scatter, gather
+
+
+def sharded_step(
+    model: Sequential,
+    optimizer: Optimizer,
+    batch: int,
+    dtype: str,
+    devices: Sequence[str],
+    costs: DeviceCosts,
+    bucket_bytes: int,
+    zero_stage: int,
+    recompute: str = "none",
+) -> StepPrograms:
+    """``sharded`` at ``zero_stage`` (see the module docstring), its backward recomputing
+    what ``recompute`` (a ``--recompute`` policy) says."""
+    replicas = len(devices)
+    graph = build_training_graph(model, None, batch // replicas, dtype, recompute=recompute).graph
+    if zero_stage == 3:
+        graph = gathered_reads(graph)
+    itemsize = np.dtype(dtype).itemsize
+    layout = ShardLayout(
+        tuple(plan_buckets(model.parameter_shapes(), itemsize, bucket_bytes)), replicas
+    )
+    bucket_of = layout.bucket_of()
+    producer = {graph.outputs[gradient_name(name)].node: name for name in model.parameter_shapes()}
+    add = costs.add_seconds_per_byte
+
+    def halves(index: int, key: str, stream: str):
+        nbytes = layout.buckets[index].size * itemsize
+        return ring_halves(devices, nbytes, itemsize, add, key, stream)
+
+    programs: dict[str, list[Action]] = {}
+    # What the communication thread is handed, in order: (bucket, its signal, a gather?).
+    order: list[tuple[int, str, bool]] = []
+    for device in devices:
+        filled = dict.fromkeys(range(len(layout.buckets)), 0)
+        served: set[tuple[int, bool]] = set()
+        order.clear()
+
+        def requests(node: Node, filled=filled, served=served) -> list[Action]:
+            if node.op == "variable" and zero_stage == 3:
+                var = node.attrs["var"]
+                index = bucket_of[var.removesuffix(BACKWARD)]
+                key = (index, var.endswith(BACKWARD))
+                if key in served:
+                    return []
+                served.add(key)
+                tag = f"g{index}{'b' if key[1] else 'f'}"
+                order.append((index, tag, True))
+                return [Signal(tag), Wait(f"{tag}/done")]
+            name = producer.get(node.name)
+            if name is None:
+                return []
+            index = bucket_of[name]
+            filled[index] += 1
+            if filled[index] < len(layout.buckets[index].names):
+                return []
+            order.append((index, f"bucket{index}", False))
+            return [Signal(f"bucket{index}")]
+
+        stretch = straggler_factor(costs.variation(graph), replicas)
+        programs[device] = node_actions(graph, costs, device, requests, stretch=stretch)
+    communication: dict[str, list[Action]] = {device: [] for device in devices}
+    for index, tag, gathers in order:
+        if not gathers:
+            scatter, _ = halves(index, f"b{index}", COMMUNICATION)
+            for device in devices:
+                communication[device] += [Wait(tag, COMMUNICATION), *scatter[device]]
+            continue
+        _, gather = halves(index, tag, COMMUNICATION)
+        for device in devices:
+            communication[device] += [
+                Wait(tag, COMMUNICATION),
+                *gather[device],
+                Signal(f"{tag}/done", COMMUNICATION),
+            ]
+    for rank, device in enumerate(devices):
+        bounds = (layout.bounds(i, rank) for i in range(len(layout.buckets)))
+        update = shard_update_graph(optimizer, dtype, [hi - lo for lo, hi in bounds])
+        programs[device] += communication[device]
+        programs[device] += [
+            Signal("reduced", COMMUNICATION),
+            Wait("reduced"),
+            Compute(graph_seconds(update, costs, device), "update", phase="update"),
+        ]
+    if zero_stage < 3:
+        for index in range(len(layout.buckets)):
+            _, gather = halves(index, f"p{index}", MAIN)
+            for device in devices:
+                programs[device] += gather[device]
+    return StepPrograms(programs, costs.ring_link)
