@@ -16,7 +16,7 @@ activation peak is below GPipe's at 8 micro-batches.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ from workbench.ir.memory import CATEGORIES
 from workbench.launch.runner import run_training
 from workbench.parallel.collectives import plan_buckets
 from workbench.parallel.data_parallel.shards import ShardLayout
+from workbench.planner.memory import DeviceMemory
 from workbench.strategies import validate_config
 from workbench.strategies.options import ShardedOptions
 
@@ -121,7 +122,7 @@ def _model_options(settings: MemoryPlanSettings, model: str) -> dict[str, Any]:
     return options
 
 
-def _device_row(predicted: Any, measured: dict[str, Any] | None) -> dict[str, Any]:
+def _device_row(predicted: DeviceMemory, measured: dict[str, Any] | None) -> dict[str, Any]:
     """One device's two peaks: the prediction's split at its worst moment beside the
     measured split at the measured peak, and each category's measured high-water."""
     entry: dict[str, Any] = {
@@ -230,13 +231,18 @@ def run_memory_plan_suite(settings: MemoryPlanSettings, progress: Progress) -> d
 
 
 def _find(rows: list[dict[str, Any]], model: str, name: str) -> dict[str, Any] | None:
+    """The row ``name`` of ``model`` if it ran and every device of it reported."""
     return next(
-        (r for r in rows if r["model"] == model and r["row"] == name and "failed" not in r),
+        (
+            r
+            for r in rows
+            if r["model"] == model and r["row"] == name and r.get("error") is not None
+        ),
         None,
     )
 
 
-def _most(row: dict[str, Any], read: Any) -> int:
+def _most(row: dict[str, Any], read: Callable[[dict[str, Any]], int]) -> int:
     """The largest of ``read(device entry)`` over the row's devices."""
     return max(read(entry) for entry in row["devices_measured"].values())
 
@@ -339,24 +345,39 @@ def _kib(nbytes: int | None) -> str:
     return "-" if nbytes is None else f"{nbytes / 1024:,.0f}"
 
 
+def _shown(entry: dict[str, Any]) -> tuple[Any, ...]:
+    """The figures a table line shows of a device."""
+    keys = ("predicted", "measured", "predicted_by_category", "measured_at_peak")
+    return tuple(str(entry.get(key)) for key in keys)
+
+
 def _groups(devices: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """Consecutive devices of one job with the same figures, as one line (``worker:0-3``)."""
-    groups: list[tuple[list[str], dict[str, Any]]] = []
+    """Devices of one job showing the same figures as one line, named together
+    (``worker:0-3``, ``worker:0,2``).
+
+    Examples
+    --------
+    >>> same = {"predicted": 1, "measured": 1}
+    >>> other = {"predicted": 2, "measured": 2}
+    >>> devices = {f"/job:worker/task:{i}/device:CPU:0": e
+    ...            for i, e in enumerate([same, other, same, other])}
+    >>> [name for name, _ in _groups(devices)]
+    ['worker:0,2', 'worker:1,3']
+    """
+    groups: dict[tuple[str, tuple[Any, ...]], tuple[list[int], dict[str, Any]]] = {}
     for device, entry in devices.items():
-        name = _device_name(device)
-        same = (
-            groups
-            and groups[-1][1] == entry
-            and groups[-1][0][0].split(":")[0] == (name.split(":")[0])
-        )
-        if same:
-            groups[-1][0].append(name)
+        job, _, task = _device_name(device).partition(":")
+        key = (job, _shown(entry))
+        groups.setdefault(key, ([], entry))[0].append(int(task) if task.isdigit() else -1)
+    lines = []
+    for (job, _), (tasks, entry) in groups.items():
+        consecutive = tasks == list(range(tasks[0], tasks[0] + len(tasks)))
+        if len(tasks) > 1 and consecutive:
+            named = f"{tasks[0]}-{tasks[-1]}"
         else:
-            groups.append(([name], entry))
-    return [
-        (names[0] if len(names) == 1 else f"{names[0]}-{names[-1].split(':')[-1]}", entry)
-        for names, entry in groups
-    ]
+            named = ",".join(map(str, tasks))
+        lines.append((f"{job}:{named}", entry))
+    return lines
 
 
 def _split(entry: dict[str, Any], category: str) -> str:

@@ -128,14 +128,16 @@ def physical_gpus() -> int:
 def visible_gpus() -> list[int]:
     """The physical GPUs this process sees, in order (``DTRAIN_FAKE_VISIBLE_DEVICES``, read as
     the CUDA runtime reads ``CUDA_VISIBLE_DEVICES``: it stops at the first entry that is not
-    a GPU of this machine, or that repeats one)."""
+    a GPU of this machine, and sees none where an entry repeats one)."""
     variable = os.environ.get("DTRAIN_FAKE_VISIBLE_DEVICES")
     if variable is None:
         return list(range(physical_gpus()))
     seen: list[int] = []
     for entry in variable.split(","):
         entry = entry.strip()
-        if not entry.isdigit() or int(entry) >= physical_gpus() or int(entry) in seen:
+        if entry.isdigit() and int(entry) in seen:
+            return []  # a list that repeats a GPU hides every GPU, as CUDA 13's runtime does
+        if not entry.isdigit() or int(entry) >= physical_gpus():
             break
         seen.append(int(entry))
     return seen

@@ -20,7 +20,7 @@ from tests.gpu_double import fake_cupy, fake_nccl
 from workbench.ir.rules import IMPL_RULES
 from workbench.runtime.cluster import local_cpu_cluster
 from workbench.runtime.gpu_runtime import GpuRuntime
-from workbench.runtime.visible_devices import gpus_of_workers, rotated_visible_devices
+from workbench.runtime.visible_devices import visible_devices_of_workers
 
 SELECTOR = "tests.gpu_double.runtime:RUNTIME"
 
@@ -56,7 +56,7 @@ guard_kernels()
 def local_cluster(
     devices, protocol, scheduler_options, security=None, workers_per_gpu=1, local_directory=None
 ):
-    lists = rotated_visible_devices(gpus_of_workers(devices, workers_per_gpu))
+    lists = visible_devices_of_workers(devices, workers_per_gpu)
     environments = [{"DTRAIN_FAKE_VISIBLE_DEVICES": visible} for visible in lists]
     return local_cpu_cluster(
         devices, protocol, scheduler_options, security, environments, local_directory

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from workbench.runtime.visible_devices import gpus_of_workers, visible_device_count
+from workbench.runtime.visible_devices import visible_device_count, visible_devices_of_workers
 
 RUNTIME_VARIABLE = "DTRAIN_GPU_RUNTIME"
 
@@ -149,6 +149,19 @@ def _local_cuda_cluster(
     workers_per_gpu: int = 1,
     local_directory: str | None = None,
 ):
+    if workers_per_gpu > 1:
+        # dask-cuda names each worker after its GPU and refuses a second worker on one ("Can
+        # not scale beyond visible devices"), so workers sharing GPUs are started as a plain
+        # local cluster whose worker i sees its own GPU first, as dask-cuda would set it.
+        from workbench.runtime.cluster import local_cpu_cluster
+
+        environments = [
+            {"CUDA_VISIBLE_DEVICES": visible}
+            for visible in visible_devices_of_workers(devices, workers_per_gpu)
+        ]
+        return local_cpu_cluster(
+            devices, protocol, scheduler_options, security, environments, local_directory
+        )
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError as error:
@@ -158,11 +171,8 @@ def _local_cuda_cluster(
         ) from None
     from workbench.runtime.worker_environment import worker_environment, worker_preloads
 
-    visible = gpus_of_workers(devices, workers_per_gpu)
     with worker_environment():
         return LocalCUDACluster(
-            # Worker i computes on the i-th entry (dask-cuda rotates the list per worker).
-            CUDA_VISIBLE_DEVICES=",".join(visible) if workers_per_gpu > 1 else None,
             n_workers=devices,
             threads_per_worker=1,
             host="127.0.0.1",
