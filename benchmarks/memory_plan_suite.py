@@ -9,14 +9,15 @@ the call ``dtrain plan`` makes) and the ``memory`` record the devices' ledgers m
 (docs/guide/command-line.md, "Measured memory"). Each device's peak is compared, total and
 split by category at the peak's moment. The verdicts: at least 90% of the rows within 10% on
 every device; sharded stage 3 keeps at most 0.3 of mirrored's parameter and optimizer bytes
-per device at 4 devices; recomputation lowers the measured activation bytes; 1F1B's
-activation peak is below GPipe's at 8 micro-batches.
+per device at 4 devices (measured: what each device's ledger held when a step began);
+recomputation lowers the measured activation bytes; 1F1B's activation peak is below GPipe's
+at 8 micro-batches.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,11 +28,7 @@ from benchmarks.suite import Progress, SuiteFailed
 from workbench.config import RunConfig
 from workbench.ir.memory import CATEGORIES
 from workbench.launch.runner import run_training
-from workbench.parallel.collectives import plan_buckets
-from workbench.parallel.data_parallel.shards import ShardLayout
 from workbench.planner.memory import DeviceMemory
-from workbench.strategies import validate_config
-from workbench.strategies.options import ShardedOptions
 
 CLOSE, SHARE_CLOSE, ZERO_SHARE = 0.10, 0.90, 0.30
 MICROBATCHES = 8
@@ -137,6 +134,7 @@ def _device_row(predicted: DeviceMemory, measured: dict[str, Any] | None) -> dic
         "measured": peak,
         "measured_at_peak": {c: int(measured["at_peak"].get(c, 0)) for c in CATEGORIES},
         "measured_high_water": {c: int(measured["by_category"].get(c, 0)) for c in CATEGORIES},
+        "measured_resident": {c: int(measured.get("resident", {}).get(c, 0)) for c in CATEGORIES},
         "error": predicted.total / peak - 1 if peak else None,
     }
 
@@ -160,10 +158,6 @@ def measure_row(settings: MemoryPlanSettings, model: str, name: str) -> dict[str
         device: _device_row(memory, measured.get(device))
         for device, memory in result.prediction.memory_bytes.items()
     }
-    if row["strategy"] in ("mirrored", "sharded"):
-        parameters = _resident_parameters(config, result.parameters, len(devices))
-        for entry, nbytes in zip(devices.values(), parameters):
-            entry["resident_parameters"] = nbytes
     errors = [entry["error"] for entry in devices.values()]
     worst = None if None in errors else max(errors, key=abs)
     return {
@@ -176,27 +170,6 @@ def measure_row(settings: MemoryPlanSettings, model: str, name: str) -> dict[str
         "predicted_step_ms": result.summary.get("predicted_step_ms"),
         "measured_step_ms": result.summary.get("measured_step_ms"),
     }
-
-
-def _resident_parameters(
-    config: RunConfig, parameters: Mapping[str, Any], replicas: int
-) -> list[int]:
-    """Each rank's parameter bytes between steps: whole, or under sharded stage 3 its chunk of
-    every bucket (the run's shard layout, :mod:`workbench.parallel.data_parallel.shards`)."""
-    itemsize = next(iter(parameters.values())).itemsize
-    whole = sum(int(array.nbytes) for array in parameters.values())
-    config = validate_config(config)
-    if config.strategy != "sharded" or config.options_of(ShardedOptions).zero_stage < 3:
-        return [whole] * replicas
-    shapes = {name: array.shape for name, array in parameters.items()}
-    buckets = plan_buckets(
-        shapes, itemsize, int(config.options_of(ShardedOptions).bucket_mb * 2**20)
-    )
-    layout = ShardLayout(tuple(buckets), replicas)
-    return [
-        sum(hi - lo for lo, hi in (layout.bounds(i, rank) for i in range(len(buckets)))) * itemsize
-        for rank in range(replicas)
-    ]
 
 
 def run_memory_plan_suite(settings: MemoryPlanSettings, progress: Progress) -> dict[str, Any]:
@@ -254,9 +227,9 @@ def _model_states(entry: dict[str, Any], key: str) -> int:
 
 def _zero_verdicts(rows: list[dict[str, Any]], devices: int) -> list[dict[str, Any]]:
     """Per model and ZeRO stage, parameters + optimizer bytes per device over mirrored's on
-    as many devices: the measured high-water (each category's own, summed; a stage 3 rank's
-    gathered buckets included) and the resident shards (what a device keeps between steps:
-    see :func:`_resident`)."""
+    as many devices: the measured resident bytes (what a device held when a step began: see
+    :func:`_resident`) and, beside them, the measured high-water (each category's own, summed;
+    a stage 3 rank's gathered buckets included)."""
     verdicts = []
     for model in dict.fromkeys(r["model"] for r in rows):
         found = (_find(rows, model, name) for name in ("mirrored-wide", "mirrored"))
@@ -289,9 +262,10 @@ def _zero_verdicts(rows: list[dict[str, Any]], devices: int) -> list[dict[str, A
 
 
 def _resident(entry: dict[str, Any]) -> int:
-    """What a device keeps between steps: its optimizer's measured high-water (slots hold
-    only the device's shard, never more) and its parameters (a stage 3 rank's shards)."""
-    return int(entry["measured_high_water"]["optimizer"] + entry["resident_parameters"])
+    """What a device kept between steps, measured: the parameters and optimizer state its
+    ledger held when a step began (under ZeRO its shards; at stages 1 and 2 also the whole
+    parameters, which it keeps)."""
+    return _model_states(entry, "measured_resident")
 
 
 def _compare(rows: list[dict[str, Any]], lower: str, higher: str) -> list[dict[str, Any]]:
@@ -428,7 +402,7 @@ def render(result: dict[str, Any]) -> str:
     for zero in result["zero"]:
         out.append(
             f"- {zero['model']} sharded stage {zero['zero_stage']} on {zero['devices']} devices, "
-            f"parameters + optimizer per device / mirrored's: resident shards "
+            f"parameters + optimizer per device / mirrored's: measured resident shards "
             f"{zero['resident_ratio']:.2f}, measured high-water {zero['high_water_ratio']:.2f}"
             + (
                 f" (target <= {ZERO_SHARE} resident): {verdict(zero['met'])}"

@@ -3,6 +3,7 @@ the ledgers the devices keep (docs/guide/command-line.md, "Measured memory")."""
 
 import math
 
+import numpy as np
 import pytest
 
 from workbench.config import RunConfig
@@ -11,6 +12,7 @@ from workbench.events.memory_summary import largest_peak_line, memory_scalars, m
 from workbench.ir.memory import CATEGORIES
 from workbench.launch.runner import run_training
 from workbench.models import mlp
+from workbench.runtime.device_memory import DeviceMemory
 
 QUIET = {"progress": lambda _: None}
 SMALL = {"steps": 2, "hidden": (16,), "lr_decay": "none", "dtype": "float64"}
@@ -94,3 +96,40 @@ def test_one_f_one_b_keeps_fewer_activations_than_gpipe(no_leftover_processes):
         assert (
             one_f_one_b[device]["by_category"]["activations"] < entry["by_category"]["activations"]
         )
+
+
+def test_a_report_carries_what_the_device_held_when_its_steps_began():
+    memory = DeviceMemory("d0", np)
+    flat = np.zeros(100)  # a bucket's whole parameters, kept; the state names a slice of it
+    state = {"shard/0": flat[:50], "shard/0/momentum": np.zeros(50)}
+    with memory.step(state) as ledger:
+        ledger.hold_array("activations", np.ones(10))
+    log = EventLog()
+    for name, step, value, device in memory.report(0):
+        log.scalar(name, step, value, 0.0, device=device)
+    entry = memory_summary(log, ["d0"])["d0"]
+    assert entry["resident_bytes"] == 1200
+    assert entry["resident"] == {
+        "parameters": 800,
+        "optimizer": 400,
+        "gradients": 0,
+        "activations": 0,
+        "communication": 0,
+    }
+    assert entry["peak_bytes"] == 1280
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("stage", [1, 3])
+def test_sharded_ranks_report_the_state_they_keep_between_steps(stage, no_leftover_processes):
+    result = run(strategy="sharded", devices=2, zero_stage=stage)
+    memory = result.summary["memory"]
+    assert len(memory) == 2
+    for entry in memory.values():
+        resident = entry["resident"]
+        # Stage 1 keeps the whole parameters (the buffer its shard is a slice of); stage 3
+        # only its half. Either way half the momentum.
+        assert resident["parameters"] == (model_bytes() if stage == 1 else model_bytes() // 2)
+        assert resident["optimizer"] == model_bytes() // 2
+        assert entry["resident_bytes"] == resident["parameters"] + resident["optimizer"]
+        assert resident["gradients"] == resident["activations"] == 0

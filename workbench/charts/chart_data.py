@@ -11,6 +11,9 @@ each its own way and lists only those a run had in its legend; they are neither 
 communication in the utilization bars, and failures and recoveries are no step's work in the
 straggler view.
 
+The devices' measured-memory reports go to the memory charts (``memory``, streamed;
+``memory_split``, replaced: :mod:`workbench.charts.memory_data`).
+
 The other phases also go to ``phase_shares`` (:mod:`workbench.charts.phase_shares`): the whole
 run as per-interval phase shares, a few hundred rows at any run length, beside the detailed
 timeline of its last steps.
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from workbench.charts.memory_data import MemoryReports
 from workbench.charts.phase_shares import PhaseShares
 from workbench.events import EventLog
 from workbench.events.records import (
@@ -89,17 +93,27 @@ class ChartFeed:
         self._gpu: dict[str, dict[str, float]] = defaultdict(dict)  # device -> latest NVML
         self._shares = PhaseShares()
         self._phases_seen: list[str] = []  # the order phase shares are laid out in
+        self.memory = MemoryReports()
 
     def update(self) -> ChartUpdate:
         update = ChartUpdate()
         new = self.log.since(self._position)
         self._position += len(new)
+        memory_reported = False
         for event in new:
             if isinstance(event, ScalarEvent):
-                self._scalar(event, update)
+                if self.memory.add(event):
+                    memory_reported = True
+                else:
+                    self._scalar(event, update)
             else:
                 self._phase(event, update)
         self._throughput(update)
+        if memory_reported:
+            segments = self.memory.new_segments()
+            if segments["step"]:
+                update.appended["memory"] = segments
+            update.replaced["memory_split"] = self.memory.split()
         if any(isinstance(event, PhaseEvent) or event.name in GPU_SCALARS for event in new):
             update.replaced["utilization"] = self.utilization()
             update.replaced["traffic"] = self.traffic()

@@ -1,9 +1,12 @@
 """Live Bokeh charts of a run: loss, throughput, per-device utilization, traffic, a timeline
 of every device's phases (pipeline bubbles, all-reduce phases, parameter-server pushes and pulls
 show up as gaps and colours; a failure as a red line and triangle on its device's row, a
-recovery as a hatched band, a dropped push in orange) and a straggler view. The timeline shows
-the detail of the last ``DETAIL_STEPS`` steps; the ``phases`` chart above it shows the whole run
-as per-interval phase shares (:mod:`workbench.charts.phase_shares`), readable at any length.
+recovery as a hatched band, a dropped push in orange), a straggler view, and each device's
+measured peak memory over the steps beside the split of its last report by category, with the
+run's predicted peak dashed where the run has one (:mod:`workbench.charts.memory_data`). The
+timeline shows the detail of the last ``DETAIL_STEPS`` steps; the ``phases`` chart above it shows
+the whole run as per-interval phase shares (:mod:`workbench.charts.phase_shares`), readable at
+any length.
 
 Every chart labels both axes, keeps its legend outside the data and has a small toolbar (pan,
 box zoom, reset) that shows while the pointer is over it (docs/jupyterlab.md, "Chart tabs").
@@ -27,11 +30,13 @@ import numpy as np
 from bokeh.core.properties import field
 from bokeh.layouts import column, row
 from bokeh.models import (
+    AdaptiveTicker,
     CDSView,
     ColumnDataSource,
     CustomJSFilter,
     CustomJSTickFormatter,
     DataRange1d,
+    FactorRange,
     GlyphRenderer,
     HoverTool,
     LegendItem,
@@ -41,6 +46,12 @@ from bokeh.plotting import figure
 from bokeh.transform import dodge, factor_cmap
 
 from workbench.charts.chart_data import FAULT_TIMELINES, ChartFeed
+from workbench.charts.memory_data import (
+    CATEGORIES,
+    MEMORY_COLUMNS,
+    PREDICTED_COLUMNS,
+    SPLIT_COLUMNS,
+)
 from workbench.charts.phase_shares import SHARE_COLUMNS
 from workbench.events import EventLog, Phase
 
@@ -51,6 +62,7 @@ ROLLOVER = {
     "loss": 20_000,
     "throughput": 20_000,
     "timeline": 20_000,
+    "memory": 20_000,
     **{chart: 20_000 for chart in FAULT_TIMELINES.values()},
 }
 # Compute green and the optimizer's update olive (two hues: side by side on a long run a light
@@ -93,7 +105,27 @@ FIGURE_NAMES = (
     "phases",
     "timeline",
     "stragglers",
+    "memory",
+    "memory_split",
 )
+# Memory by category: resident state in blues, what a step makes in warm hues, buffers purple.
+CATEGORY_COLOURS = {
+    "parameters": "#1f77b4",
+    "optimizer": "#9ecae1",
+    "gradients": "#ff7f0e",
+    "activations": "#d62728",
+    "communication": "#9467bd",
+}
+# Byte ticks at powers of two (8 KiB apart, not 9.766 KiB), all in the unit of the largest:
+# "0 KiB, 16 KiB, 32 KiB", "1.5 MiB", "2 GiB".
+BYTES_JS = """
+const top = Math.max(...ticks.map(Math.abs));
+const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+let power = 0;
+while (power < units.length - 1 && top >= 1024 ** (power + 1)) power += 1;
+const value = tick / 1024 ** power;
+return (Number.isInteger(value) ? value : value.toFixed(1)) + " " + units[power];
+"""
 UTILIZATION_TITLE = "utilization (last 5 s)"
 DETAIL_STEPS = 200  # the timeline's detail: a few hundred steps still show each phase
 # Keeps the rows of the newest DETAIL_STEPS steps (a CDSView filter: the source keeps streaming
@@ -184,6 +216,9 @@ class LiveCharts:
             "timeline": TIMELINE_COLUMNS,
             **{chart: TIMELINE_COLUMNS for chart in FAULT_TIMELINES.values()},
             "stragglers": ["device", "min", "median", "max"],
+            "memory": list(MEMORY_COLUMNS),
+            "memory_split": list(SPLIT_COLUMNS),
+            "memory_predicted": list(PREDICTED_COLUMNS),
         }
         self.sources = {
             key: ColumnDataSource({column: [] for column in names}, name=key)
@@ -198,11 +233,13 @@ class LiveCharts:
             "phases": self._phases,
             "timeline": self._timeline,
             "stragglers": self._stragglers,
+            "memory": self._memory,
+            "memory_split": self._memory_split,
         }
         self.figures = {name: build[name]() for name in FIGURE_NAMES if name in figure_names}
         charts = self.figures
         stretch = {"sizing_mode": "stretch_width"}
-        pairs = [("loss", "throughput"), ("utilization", "traffic")]
+        pairs = [("loss", "throughput"), ("utilization", "traffic"), ("memory", "memory_split")]
         rows = [
             row(*[charts[name] for name in pair if name in charts], **stretch)
             for pair in pairs
@@ -222,6 +259,8 @@ class LiveCharts:
                     self.sources[chart].stream(_arrays(rows), rollover=ROLLOVER.get(chart))
             for chart, table in update.replaced.items():
                 self.sources[chart].data = table
+            if "memory_split" in update.replaced:
+                self._memory_devices()
             usage = update.replaced.get("utilization", {})
             devices = usage.get("device")
             figures = self._device_figures
@@ -233,6 +272,21 @@ class LiveCharts:
                 self._gpu_marker.visible = bool(has_gpu)
                 suffix = " — ◆ NVML GPU utilization (hover: memory)" if has_gpu else ""
                 self.figures["utilization"].title.text = UTILIZATION_TITLE + suffix
+
+    def show_predicted_memory(self, totals: dict[str, int]) -> None:
+        """Draw the run's predicted peak bytes per device (``totals``, the prediction's
+        ``memory_bytes`` totals) beside the measured ones; an empty mapping clears them."""
+        with self._lock:
+            self.sources["memory_predicted"].data = self.feed.memory.predicted(totals)
+            self._memory_devices()
+
+    def _memory_devices(self) -> None:
+        """The split chart's rows: every device that reported or has a prediction, the first
+        at the top (its own rows: a device that reports memory may have no phases)."""
+        chart = self.figures.get("memory_split")
+        devices = list(reversed(self.feed.memory.devices()))
+        if chart is not None and list(chart.y_range.factors) != devices:
+            chart.y_range.factors = devices
 
     # The charts ---------------------------------------------------------------------------
 
@@ -441,6 +495,100 @@ class LiveCharts:
         chart.segment(x0="min", x1="max", y0="device", y1="device", source=source, line_width=3)
         chart.scatter(x="median", y="device", size=10, source=source, color="black")
         return chart
+
+    def _memory(self) -> figure:
+        chart = _figure(
+            "peak tensor memory per device",
+            height=HEIGHT + 40,
+            x_axis_label="step",
+            y_axis_label="peak since last report",
+            y_range=DataRange1d(start=0),
+        )
+        _byte_axis(chart.yaxis[0])
+        source = self.sources["memory"]
+        # One segment per report, from the device's previous one: a line per device that the
+        # reports can stream into in any order.
+        chart.segment(
+            x0="step0",
+            y0="peak0",
+            x1="step",
+            y1="peak_bytes",
+            source=source,
+            line_color="colour",
+            line_width=2,
+        )
+        points = chart.scatter(
+            "step", "peak_bytes", source=source, color="colour", size=6, legend_field="label"
+        )
+        predicted = chart.hspan(
+            y="predicted_bytes",
+            source=self.sources["memory_predicted"],
+            line_color="colour",
+            line_dash="dashed",
+            line_width=2,
+            legend_field="kind",
+        )
+        tooltips = [
+            ("device", "@label"),
+            ("step", "@step"),
+            ("peak", "@peak_bytes{0,0} B"),
+        ]
+        chart.add_tools(_hover(renderers=[points], tooltips=tooltips))
+        chart.add_tools(
+            _hover(
+                renderers=[predicted], tooltips=[("predicted", "@label @predicted_bytes{0,0} B")]
+            )
+        )
+        _legend_below(chart)
+        chart.legend[0].ncols = 3  # a device each, and the prediction: in rows, within its width
+        return chart
+
+    def _memory_split(self) -> figure:
+        chart = _figure(
+            "memory at each device's last peak, by category",
+            height=HEIGHT + 40,
+            y_range=FactorRange(),
+            x_range=DataRange1d(start=0),
+            x_axis_label="bytes (dashed: predicted peak)",
+            y_axis_label="device",
+        )
+        chart.yaxis.formatter = CustomJSTickFormatter(code=SHORT_DEVICE_NAME_JS)
+        _byte_axis(chart.xaxis[0])
+        chart.xaxis.ticker.desired_num_ticks = 4  # byte labels are wide
+        bars = chart.hbar_stack(
+            list(CATEGORIES),
+            y="device",
+            height=0.7,
+            color=[CATEGORY_COLOURS[name] for name in CATEGORIES],
+            source=self.sources["memory_split"],
+            legend_label=list(CATEGORIES),
+        )
+        predicted = self.sources["memory_predicted"]
+        chart.segment(
+            x0="predicted_bytes",
+            x1="predicted_bytes",
+            y0=dodge("device", -0.45, range=chart.y_range),
+            y1=dodge("device", 0.45, range=chart.y_range),
+            source=predicted,
+            line_color="black",
+            line_dash="dashed",
+            line_width=2,
+            legend_field="kind",
+        )
+        tooltips = [
+            ("device", "@label, step @step"),
+            ("peak", "@peak_bytes{0,0} B"),
+            *((name, f"@{name}{{0,0}} B") for name in CATEGORIES),
+        ]
+        _with_hover(chart, bars, tooltips)
+        chart.legend[0].ncols = 3  # six entries: in rows under the bars, within its width
+        return chart
+
+
+def _byte_axis(axis: Any) -> None:
+    """Bytes on ``axis``: ticks at binary steps, labelled in KiB, MiB or GiB."""
+    axis.ticker = AdaptiveTicker(base=2, mantissas=[1, 1.5], min_interval=1, num_minor_ticks=2)
+    axis.formatter = CustomJSTickFormatter(code=BYTES_JS)
 
 
 def _legend_below(chart: figure) -> None:

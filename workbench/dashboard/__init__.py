@@ -1,6 +1,6 @@
 """The workbench's pages on the Dask scheduler's dashboard (``/individual-workbench-loss``,
-``-utilization``, ``-timeline``), drawn from the run's events only (docs/architecture/events.md,
-"Events").
+``-utilization``, ``-timeline``, ``-memory``), drawn from the run's events only
+(docs/architecture/events.md, "Events").
 
 What flows where::
 

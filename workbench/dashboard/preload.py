@@ -2,11 +2,12 @@
 
     dask scheduler --preload workbench.dashboard.preload
 
-Importing this module adds ``/individual-workbench-loss``, ``-utilization`` and ``-timeline`` to
-distributed's table of dashboard pages. A scheduler imports its preloads before it builds its
-dashboard from that table, so the pages are served and listed by ``/individual-plots.json``
-(dask-labextension offers them as panes). :func:`dask_setup`, run once the scheduler starts,
-gives it the run board the pages read and the handler that clients publish events to.
+Importing this module adds ``/individual-workbench-loss``, ``-utilization``, ``-timeline`` and
+``-memory`` to distributed's table of dashboard pages. A scheduler imports its preloads before it
+builds its dashboard from that table, so the pages are served and listed by
+``/individual-plots.json`` (dask-labextension offers them as panes). :func:`dask_setup`, run once
+the scheduler starts, gives it the run board the pages read and the handler that clients publish
+events to.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ PAGE_FIGURES = {
     "/individual-workbench-loss": ("loss", "throughput"),
     "/individual-workbench-utilization": ("utilization", "traffic"),
     "/individual-workbench-timeline": ("timeline", "stragglers"),
+    "/individual-workbench-memory": ("memory", "memory_split"),
 }
 
 

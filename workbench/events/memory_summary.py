@@ -4,7 +4,9 @@ of ``--json`` built from them (docs/guide/command-line.md, "Measured memory").
 A device reports, at the last step of each task (or every few steps on one device), the most it
 held during the steps since its last report: ``memory/peak_bytes``, the split of that moment
 (``memory/at_peak/<category>``), each category's own high-water (``memory/peak/<category>``),
-the process's resident-set high-water (``memory/rss_peak_bytes``) and, on GPUs, the CuPy memory
+what it held when a step began, before any graph ran (``memory/resident_bytes``, split as
+``memory/resident/<category>``: its parameters and optimizer state, a shard's under ZeRO), the
+process's resident-set high-water (``memory/rss_peak_bytes``) and, on GPUs, the CuPy memory
 pool's (``memory/gpu_pool_peak_bytes``). They travel as any other scalar, so the run store
 keeps them with the run's events and the charts can plot them over time.
 """
@@ -23,6 +25,8 @@ RSS_PEAK = "memory/rss_peak_bytes"
 GPU_POOL_PEAK = "memory/gpu_pool_peak_bytes"
 AT_PEAK = "memory/at_peak/"
 CATEGORY_PEAK = "memory/peak/"
+RESIDENT = "memory/resident_bytes"
+RESIDENT_SPLIT = "memory/resident/"
 
 
 def memory_scalars(
@@ -33,8 +37,10 @@ def memory_scalars(
     by_category: Mapping[str, int],
     rss_peak: int | None,
     gpu_pool_peak: int | None,
+    resident: Mapping[str, int] | None = None,
 ) -> list[tuple[str, int, float, str]]:
-    """The ``(name, step, value, device)`` scalars of one report.
+    """The ``(name, step, value, device)`` scalars of one report; ``resident``: the bytes by
+    category held when a step began.
 
     Examples
     --------
@@ -49,6 +55,11 @@ def memory_scalars(
     scalars += [
         (CATEGORY_PEAK + name, step, nbytes, device) for name, nbytes in by_category.items()
     ]
+    if resident is not None:
+        scalars.append((RESIDENT, step, sum(resident.values()), device))
+        scalars += [
+            (RESIDENT_SPLIT + name, step, nbytes, device) for name, nbytes in resident.items()
+        ]
     if rss_peak is not None:
         scalars.append((RSS_PEAK, step, rss_peak, device))
     if gpu_pool_peak is not None:
@@ -59,7 +70,9 @@ def memory_scalars(
 def memory_summary(log: EventLog, devices: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The ``memory`` object of ``--json``: per device that reported, ``peak_bytes`` (its
     largest report), ``at_peak`` (that report's split by category), ``by_category`` (each
-    category's largest), ``rss_peak_bytes`` and, on GPUs, ``gpu_pool_peak_bytes``."""
+    category's largest), ``resident_bytes`` and ``resident`` (the most a device held when a
+    step began, and its split by category), ``rss_peak_bytes`` and, on GPUs,
+    ``gpu_pool_peak_bytes``."""
     reports: dict[str, dict[int, dict[str, float]]] = {}
     for event in log.events:
         if not isinstance(event, ScalarEvent) or event.device is None:
@@ -81,6 +94,11 @@ def memory_summary(log: EventLog, devices: Sequence[str]) -> dict[str, dict[str,
         for report in steps.values():
             for category, nbytes in _by_category(report, CATEGORY_PEAK).items():
                 entry["by_category"][category] = max(nbytes, entry["by_category"].get(category, 0))
+        residents = [report for report in steps.values() if RESIDENT in report]
+        if residents:
+            most = max(residents, key=lambda report: report[RESIDENT])
+            entry["resident_bytes"] = int(most[RESIDENT])
+            entry["resident"] = _by_category(most, RESIDENT_SPLIT)
         for key, name in (("rss_peak_bytes", RSS_PEAK), ("gpu_pool_peak_bytes", GPU_POOL_PEAK)):
             seen = [report[name] for report in steps.values() if name in report]
             if seen:

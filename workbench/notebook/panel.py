@@ -94,6 +94,15 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def predicted_memory(run: BackgroundRun) -> dict[str, int]:
+    """Each device's predicted peak bytes for an ended run that has a prediction (the planner
+    predicts from the run's calibration when the run ends), else nothing."""
+    prediction = run.result.prediction if run.result is not None else None
+    if prediction is None:
+        return {}
+    return {device: memory.total for device, memory in prediction.memory_bytes.items()}
+
+
 class RunPanel:
     """Progress, status, Stop and live charts of one run; ``widget`` is what is displayed.
 
@@ -129,6 +138,7 @@ class RunPanel:
         )
         self._faults = FaultTally()
         self._events_read = 0  # the panel reads the log from where it stopped, as the charts do
+        self._prediction_shown = False
         self.updater = LiveUpdater(self.refresh_charts, lambda: run.done, hz=CHARTS_HZ)
         # Ends with the charts' updater too (closed by whoever closes that one).
         self.ticker = LiveUpdater(
@@ -155,6 +165,11 @@ class RunPanel:
     def refresh_charts(self) -> None:
         with self._charts_lock:
             self.charts.refresh()
+            if self.run.done and not self._prediction_shown:
+                self._prediction_shown = True
+                totals = predicted_memory(self.run)
+                if totals:
+                    self.charts.show_predicted_memory(totals)
 
     def show_progress(self) -> None:
         run = self.run
@@ -168,7 +183,8 @@ class RunPanel:
         elif link and not self.dashboard.value:
             self.dashboard.value = (
                 f"<a href='{html.escape(link)}' target='_blank'>Dask dashboard</a> "
-                "(workbench pages: individual-workbench-loss, -utilization, -timeline)"
+                "(workbench pages: individual-workbench-loss, -utilization, -timeline, "
+                "-memory)"
             )
         self.status.value = self._status_line(step, ended)
         if ended is not None:

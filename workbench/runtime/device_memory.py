@@ -3,7 +3,10 @@
 
 A :class:`DeviceMemory` keeps the device's :class:`~workbench.ir.memory.MemoryLedger`. Each
 step is a window: its resident state (parameters, optimizer slots) is held afresh when the
-step begins (a restore may have replaced the arrays), the step's programs run with the ledger
+step begins (a restore may have replaced the arrays) and what the ledger then holds is the
+report's resident split (counted by buffer: a ZeRO stage 1 or 2 rank's parameter shard is a
+slice of the bucket's whole parameters, which it keeps, so the whole buffer counts), the
+step's programs run with the ledger
 and the device holds its exchange buffers in it; when the step ends the window's high-water is
 folded into the report, beside the process's resident-set high-water and, on GPUs, the CuPy
 memory pool's bytes. What the device keeps outside the interpreter (the gradients it reduces,
@@ -78,6 +81,7 @@ class DeviceMemory:
         self._resident: list[Any] = []
         self._for_step: list[Any] = []
         self._pending: MemoryPeak | None = None
+        self._pending_resident: dict[str, int] | None = None
         self._gpu_pool_peak: int | None = None
 
     @contextmanager
@@ -100,6 +104,10 @@ class DeviceMemory:
         for name, value in state.items():
             if hasattr(value, "nbytes"):
                 ledger.hold_array(self.category(name, state), value)
+        resident = ledger.current()
+        pending = self._pending_resident
+        if pending is None or sum(resident.values()) > sum(pending.values()):
+            self._pending_resident = resident
         ledger.start_window()
 
     def hold(self, category: str, array: Any) -> None:
@@ -166,6 +174,7 @@ class DeviceMemory:
         if pending is None:
             return []
         pool, self._gpu_pool_peak = self._gpu_pool_peak, None
+        resident, self._pending_resident = self._pending_resident, None
         return memory_scalars(
             self.device,
             step,
@@ -174,4 +183,5 @@ class DeviceMemory:
             pending.by_category,
             process_rss_peak(),
             pool,
+            resident,
         )

@@ -210,6 +210,7 @@ class DataParallel(ClusterStrategy):
             central_storage=self.central_storage,
             bucket_bytes=self.bucket_bytes(config),
             accumulate=config.accumulate,
+            recompute=config.recompute,
         )
 
     def in_graph_plan(

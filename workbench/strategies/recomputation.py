@@ -26,3 +26,12 @@ def check_recompute(config: RunConfig, model: Sequential) -> None:
         recompute_layers(config.recompute, [layer.name for layer in model.layers])
     except RecomputeError as error:
         raise ConfigError("--recompute", str(error)) from None
+    in_graph = config.options.get("replication") == "in-graph"
+    if config.recompute != "none" and in_graph and config.strategy != "mirrored":
+        # Their one client graph holds the parameter-server placement, which the pass does not
+        # rewrite; mirrored's in-graph towers and every between-graph replica it does.
+        raise ConfigError(
+            "--recompute",
+            f"{config.strategy} with --replication in-graph keeps every activation; "
+            "use --replication between-graph (or mirrored) to recompute",
+        )

@@ -36,7 +36,7 @@ from workbench.parallel.model_parallel.graph import ModelParallelPlan
 from workbench.parallel.parameter_server.client_graph import build_parameter_server_graph
 from workbench.parallel.parameter_server.partitioner import place_variables
 from workbench.parallel.towers import Tower, build_tower, tower_scope
-from workbench.passes import partition, place, run_passes
+from workbench.passes import partition, place, recompute_passes, run_passes
 from workbench.training.graphs import LEARNING_RATE
 
 TOWERS = "in-graph replication, one tower per device:"
@@ -51,10 +51,12 @@ def build_in_graph_replication(
     central_storage: bool = False,
     bucket_bytes: int = 25 * 2**20,
     accumulate: int = 1,
+    recompute: str = "none",
 ) -> ModelParallelPlan:
     """The placed and partitioned in-graph client graph for ``devices`` towers of
     ``batch_size // len(devices)`` rows each (mirrored with ``accumulate`` K: K towers per
-    device of a K-th of that each)."""
+    device of a K-th of that each; ``recompute``: the ``--recompute`` policy, applied to every
+    tower by the last pass)."""
     per_tower = batch_size // len(devices)
     if central_storage:
         graph = build_parameter_server_graph(
@@ -111,7 +113,8 @@ def build_in_graph_replication(
                     optimizer.emit_update(
                         reads[name], averaged[name], learning_rate, name, after=()
                     )
-    built, _ = run_passes(builder.build(losses))
+    final = recompute_passes(recompute, [layer.name for layer in model.layers])
+    built, _ = run_passes(builder.build(losses), final=final)
     placed = place(built, list(devices))
     return ModelParallelPlan(
         placed, partition(placed, list(devices)), _towers(devices, accumulate), TOWERS
