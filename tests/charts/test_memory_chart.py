@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from bokeh.document import Document
 from bokeh.models import HSpan, Segment
 
+from tests.notebook.test_panel_live import StandInRun
 from workbench.charts.live_charts import BYTES_JS, FIGURE_NAMES, LiveCharts
 from workbench.charts.memory_data import CATEGORIES, PREDICTED_LABEL
 from workbench.dashboard.pages import show_page
@@ -19,7 +20,7 @@ from workbench.events import EventLog
 from workbench.events.memory_summary import memory_scalars
 from workbench.events.records import ScalarEvent
 from workbench.ir.memory import CATEGORIES as LEDGER_CATEGORIES
-from workbench.notebook.panel import predicted_memory
+from workbench.notebook.panel import RunPanel, predicted_memory
 
 DEVICES = ("/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0")
 MIB = 1 << 20
@@ -153,9 +154,24 @@ def test_the_dashboard_has_a_memory_page():
     assert len(page.charts.sources["memory"].data["step"]) == 4
 
 
-def test_the_panel_takes_the_prediction_of_an_ended_run():
-    memory = {DEVICES[0]: SimpleNamespace(total=7 * MIB, by_category={})}
-    ended = SimpleNamespace(result=SimpleNamespace(prediction=SimpleNamespace(memory_bytes=memory)))
-    assert predicted_memory(ended) == {DEVICES[0]: 7 * MIB}
-    assert predicted_memory(SimpleNamespace(result=SimpleNamespace(prediction=None))) == {}
-    assert predicted_memory(SimpleNamespace(result=None)) == {}
+def _ended_run(prediction: SimpleNamespace | None) -> StandInRun:
+    return StandInRun(
+        log=_log((0, 20)),
+        done=True,
+        state="finished",
+        result=SimpleNamespace(prediction=prediction),
+    )
+
+
+def test_the_panel_draws_the_prediction_of_an_ended_run_that_has_one():
+    memory = {device: SimpleNamespace(total=7 * MIB, by_category={}) for device in DEVICES}
+    panel = RunPanel(_ended_run(SimpleNamespace(memory_bytes=memory)))
+    panel.updater.join(10)  # a done run: one refresh, then it stops
+    sources = panel.charts.sources
+    assert sources["memory_split"].data["step"] == [20, 20]
+    assert sources["memory_predicted"].data["predicted_bytes"] == [7 * MIB, 7 * MIB]
+    bare = RunPanel(_ended_run(None))  # no calibration: no prediction, nothing dashed
+    bare.updater.join(10)
+    assert bare.charts.sources["memory_split"].data["step"] == [20, 20]
+    assert bare.charts.sources["memory_predicted"].data["device"] == []
+    assert predicted_memory(StandInRun()) == {}  # a run still training has no result

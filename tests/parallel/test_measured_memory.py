@@ -133,3 +133,14 @@ def test_sharded_ranks_report_the_state_they_keep_between_steps(stage, no_leftov
         assert resident["optimizer"] == model_bytes() // 2
         assert entry["resident_bytes"] == resident["parameters"] + resident["optimizer"]
         assert resident["gradients"] == resident["activations"] == 0
+
+
+@pytest.mark.integration
+@pytest.mark.gpu_path
+def test_a_stage_1_rank_on_the_gpu_path_keeps_the_whole_parameters(
+    cpu_double_gpus, no_leftover_processes
+):
+    result = run(strategy="sharded", devices=2, zero_stage=1, device_type="gpu")
+    for entry in result.summary["memory"].values():
+        assert entry["resident"]["parameters"] == model_bytes()
+        assert entry["resident"]["optimizer"] == model_bytes() // 2

@@ -12,6 +12,7 @@ from workbench.config import RunConfig
 from workbench.ir import Executable, Graph
 from workbench.ir.liveness import graph_peak
 from workbench.ir.memory import CATEGORIES, MemoryLedger
+from workbench.launch.runner import run_training
 from workbench.models import build_model
 from workbench.optim import init_slots, make_optimizer
 from workbench.planner.device_costs import described_costs
@@ -169,3 +170,40 @@ def test_the_table_predicts_every_row_under_the_runs_own_options():
         return row.to_dict()["memory_by_category"]["activations"]
 
     assert mirrored_activations(accumulate=4) < mirrored_activations()
+
+
+def _predicted_and_measured(**flags) -> list[tuple[DeviceMemory, dict]]:
+    """Each device's predicted peak beside its measured one, on a run whose peak falls after
+    backward (a batch of 8 rows, small beside the model's gradients)."""
+    config = RunConfig(steps=2, batch_size=8, hidden=(128,), lr_decay="none", **flags)
+    result = run_training(config, progress=lambda _: None)
+    measured = result.summary["memory"]
+    return [(peak, measured[device]) for device, peak in result.prediction.memory_bytes.items()]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "flags",
+    [{"strategy": "multi-worker-mirrored"}, {"strategy": "mirrored", "allreduce": "reduce-to-one"}],
+)
+def test_an_all_reduce_into_a_buffer_of_its_own_holds_it_beside_the_packed_bucket(flags):
+    for predicted, measured in _predicted_and_measured(devices=2, **flags):
+        assert predicted.total == measured["peak_bytes"]
+        assert predicted.by_category == measured["at_peak"]
+        # The packed bucket and the sum the hierarchical all-reduce (or reduce-to-one) returns.
+        assert measured["at_peak"]["communication"] == 2 * measured["at_peak"]["gradients"]
+
+
+@pytest.mark.integration
+def test_a_parameter_server_worker_peaks_holding_its_gradients_beside_the_pulled_variables():
+    pairs = _predicted_and_measured(strategy="parameter-server", devices=2, ps=1)
+    for predicted, measured in pairs[:2]:  # the workers
+        held = {c: n for c, n in measured["at_peak"].items() if c != "communication"}
+        assert {c: n for c, n in predicted.by_category.items() if c != "communication"} == held
+        assert held["gradients"] == predicted.by_category["communication"] > 0
+        # The pulled payload is an array viewing the message it arrived in, whose header the
+        # device holds too.
+        pulled = measured["at_peak"]["communication"] - predicted.by_category["communication"]
+        assert 0 <= pulled < 1024
+    shard, measured = pairs[2]
+    assert shard.total == measured["peak_bytes"]

@@ -4,14 +4,47 @@ end in the simulator (every gather and reduce-scatter meets its peers')."""
 
 import pytest
 
-from tests.parallel.test_sharded import TWO_BUCKETS, sent_per_step
+from tests.parallel.test_sharded import TWO_BUCKETS, chunks, sent_per_step
 from workbench.models import build_model
 from workbench.optim import make_optimizer
 from workbench.planner.device_costs import described_costs
 from workbench.planner.sharded_step import sharded_step
-from workbench.simulate import Send, parse_cluster, simulate
+from workbench.simulate import Compute, Send, parse_cluster, simulate
 
 MODEL = build_model("mlp", (64,), 10, (32, 16))  # the digits MLP of tests/parallel
+
+
+CLUSTER = parse_cluster("dgx-h100,hosts=1,gpus-per-host=4")
+
+
+def _step(stage: int, accumulate: int = 1):
+    return sharded_step(
+        MODEL,
+        make_optimizer("momentum"),
+        32,
+        "float64",
+        CLUSTER.devices,
+        described_costs(CLUSTER),
+        10485,
+        stage,
+        accumulate=accumulate,
+    )
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_accumulated_micro_steps_reduce_once_and_stage_3_gathers_in_each(stage):
+    step = _step(stage, accumulate=2)
+    for rank, device in enumerate(CLUSTER.devices):
+        actions = step.programs[device]
+        sent = sum(a.nbytes for a in actions if isinstance(a, Send))
+        # One reduce-scatter (and below stage 3 one all-gather of the updated parameters);
+        # at stage 3 the second micro-step's forward and backward gather again.
+        scatter = sum(n - chunks(n, 4)[(rank + 1) % 4] for n in TWO_BUCKETS) * 8
+        once = sent_per_step(TWO_BUCKETS, 4, rank, stage)
+        assert sent == (once if stage < 3 else 2 * once - scatter), (rank, device)
+        adds = [a for a in actions if isinstance(a, Compute) and a.label == "accumulate"]
+        assert len(adds) == 2
+    assert simulate(step.programs, step.link).makespan > 0
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])

@@ -549,7 +549,7 @@ class LiveCharts:
             height=HEIGHT + 40,
             y_range=FactorRange(),
             x_range=DataRange1d(start=0),
-            x_axis_label="bytes (dashed: predicted peak)",
+            x_axis_label="bytes at the peak",
             y_axis_label="device",
         )
         chart.yaxis.formatter = CustomJSTickFormatter(code=SHORT_DEVICE_NAME_JS)

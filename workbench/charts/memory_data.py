@@ -124,8 +124,8 @@ class MemoryReports:
         table: dict[str, list] = {name: [] for name in SPLIT_COLUMNS}
         for device, (step, peak) in self._last.items():
             split = self._at_peak.get(device, {})
-            values = (device, short_device_name(device), self._colour[device], step, peak)
-            values += tuple(split.get(category, 0.0) for category in CATEGORIES)
+            named = (device, short_device_name(device), self._colour[device])
+            values = (*named, step, peak, *(split.get(category, 0.0) for category in CATEGORIES))
             for name, value in zip(SPLIT_COLUMNS, values, strict=True):
                 table[name].append(value)
         return table

@@ -97,7 +97,9 @@ def _cut(text: str, limit: int) -> str:
 def predicted_memory(run: BackgroundRun) -> dict[str, int]:
     """Each device's predicted peak bytes for an ended run that has a prediction (the planner
     predicts from the run's calibration when the run ends), else nothing."""
-    prediction = run.result.prediction if run.result is not None else None
+    # A panel follows any handle shaped like a run; only a trained run has a result.
+    result = getattr(run, "result", None)
+    prediction = result.prediction if result is not None else None
     if prediction is None:
         return {}
     return {device: memory.total for device, memory in prediction.memory_bytes.items()}

@@ -41,6 +41,8 @@ from workbench.parallel.pipeline.stages import (
     split_layers,
 )
 from workbench.planner.device_costs import DeviceCosts
+from workbench.strategies import STRATEGIES
+from workbench.strategies.data_parallel import DataParallel
 from workbench.strategies.options import (
     DataParallelOptions,
     HybridOptions,
@@ -305,7 +307,9 @@ def _data_parallel(
 ) -> dict[str, DeviceMemory]:
     """Mirrored and multi-worker mirrored: every replica holds the variables and slots, runs
     backward on its share with its buckets packed as they fill, then updates from the
-    reduced buckets. Central storage: after backward every replica packs its buckets for
+    reduced buckets (the buckets themselves under the ring, which reduces in place; beside
+    them, where the all-reduce returns a buffer of its own, that buffer:
+    :func:`_reduced_copies`). Central storage: after backward every replica packs its buckets for
     the reduce to rank 0 and receives the broadcast values into buffers of their own (rank
     0 packs them from its variables), all held to the step's end beside the gradients; rank
     0 updates in between, fed the reduced sums."""
@@ -320,7 +324,8 @@ def _data_parallel(
         # Every replica alike: computed once, however many there are. The update is fed the
         # reduced buckets' views.
         moments = _backward_with_buckets(sizes, graph, buckets)
-        moments += sizes.update(gradients=gradients, communication=gradients)
+        copies = _reduced_copies(sizes, config, buckets, replicas)
+        moments += sizes.update(gradients=gradients, communication=gradients + copies)
         return dict.fromkeys(devices, device_memory(resident, moments))
     buffer = gradients if sizes.accumulate > 1 else 0
     computing = [_plus(held, gradients=buffer) for held in _moments(sizes.walk(graph))]
@@ -331,6 +336,27 @@ def _data_parallel(
         device: device_memory(resident, [*computing, broadcast, *(updating if not rank else [])])
         for rank, device in enumerate(devices)
     }
+
+
+def _reduced_copies(
+    sizes: _Sizes, config: RunConfig, buckets: Sequence[Bucket], replicas: int
+) -> int:
+    """The bytes of the reduced buckets a replica holds beside its packed ones: the ring
+    (and NCCL) reduce a bucket in place, but the hierarchical all-reduce (multi-worker
+    mirrored's: reduce to each group's leader, which broadcasts the sum) and reduce-to-one
+    (which any algorithm takes for a bucket with fewer elements than replicas) return the
+    sum in a buffer of its own (workbench/parallel/collectives). Compressed buckets are
+    counted as the dense ring's."""
+    options = config.options_of(DataParallelOptions)
+    if options.compression != "none":
+        return 0
+    strategy = STRATEGIES[config.strategy]
+    if not isinstance(strategy, DataParallel):
+        return 0
+    in_place = strategy.algorithm(config, config.device_type) in ("ring", "nccl")
+    return sum(
+        bucket.size * sizes.itemsize for bucket in buckets if not in_place or bucket.size < replicas
+    )
 
 
 def _sharded(sizes: _Sizes, config: RunConfig, devices: Sequence[str]) -> dict[str, DeviceMemory]:
@@ -394,7 +420,8 @@ def _parameter_server(
 ) -> dict[str, DeviceMemory]:
     """Workers hold no state: each step they pull every variable (the payloads held, under
     communication, while the step computes with views of them), run the gradient graph on
-    their share and push each shard its part. A shard keeps its variables and slots and,
+    their share and push each shard its part: after the graph, every gradient it produced
+    waits beside the pulled payloads until pushed. A shard keeps its variables and slots and,
     while a step's pushes arrive, the payload it sums into, then updates fed the sum."""
     options = config.options_of(ParameterServerOptions)
     workers, shards = devices[: config.devices], devices[config.devices :]
@@ -421,6 +448,7 @@ def _parameter_server(
     worker_moments = [
         _plus(held_now, gradients=buffer, communication=pulled) for held_now in _moments(walk)
     ]
+    worker_moments.append(_plus({}, gradients=sizes.gradients(), communication=pulled))
     result = {worker: device_memory({}, worker_moments) for worker in workers}
     for index, (shard, nbytes, state) in enumerate(zip(shards, held, slots)):
         names = sorted({piece.variable for piece in pieces if piece.shard == index})

@@ -6,11 +6,17 @@ all-gather after the update, but one of each bucket before its first read in for
 another before its first read in backward, queued on the communication thread behind the
 reduce-scatters as the replica queues them. The halves are the simulator's ring programs
 (:mod:`workbench.simulate.collectives`), cut where the all-gather begins.
+
+With ``--accumulate K`` the replica's share is computed in K micro-steps at the micro batch
+(``parallel/data_parallel/gradient_worker.py``), each adding into the accumulation buffers,
+and only the last hands its buckets over for the one reduce-scatter; at stage 3 every
+micro-step's forward and backward gather the buckets they read again, since the gathered
+parameters go after each pass's last reader.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -23,7 +29,7 @@ from workbench.parallel.data_parallel.sharded_replica import shard_update_graph
 from workbench.parallel.data_parallel.shards import ShardLayout
 from workbench.planner.device_costs import DeviceCosts
 from workbench.planner.graph_segments import graph_seconds, node_actions
-from workbench.planner.step_programs import COMMUNICATION, StepPrograms
+from workbench.planner.step_programs import COMMUNICATION, StepPrograms, _adding
 from workbench.planner.stragglers import straggler_factor
 from workbench.simulate import (
     Action,
@@ -65,18 +71,19 @@ def sharded_step(
     bucket_bytes: int,
     zero_stage: int,
     recompute: str = "none",
+    accumulate: int = 1,
 ) -> StepPrograms:
     """``sharded`` at ``zero_stage`` (see the module docstring), its backward recomputing
-    what ``recompute`` (a ``--recompute`` policy) says."""
+    what ``recompute`` (a ``--recompute`` policy) says, in ``accumulate`` micro-steps."""
     replicas = len(devices)
-    graph = build_training_graph(model, None, batch // replicas, dtype, recompute=recompute).graph
+    micro = batch // replicas // accumulate
+    graph = build_training_graph(model, None, micro, dtype, recompute=recompute).graph
     if zero_stage == 3:
         graph = gathered_reads(graph)
     itemsize = np.dtype(dtype).itemsize
     layout = ShardLayout(
         tuple(plan_buckets(model.parameter_shapes(), itemsize, bucket_bytes)), replicas
     )
-    bucket_of = layout.bucket_of()
     producer = {graph.outputs[gradient_name(name)].node: name for name in model.parameter_shapes()}
     add = costs.add_seconds_per_byte
 
@@ -87,34 +94,20 @@ def sharded_step(
     programs: dict[str, list[Action]] = {}
     # What the communication thread is handed, in order: (bucket, its signal, a gather?).
     order: list[tuple[int, str, bool]] = []
+    adding = _adding(model, dtype, costs)
+    stretch = straggler_factor(costs.variation(graph), replicas)
     for device in devices:
-        filled = dict.fromkeys(range(len(layout.buckets)), 0)
-        served: set[tuple[int, bool]] = set()
         order.clear()
-
-        def requests(node: Node, filled=filled, served=served) -> list[Action]:
-            if node.op == "variable" and zero_stage == 3:
-                var = node.attrs["var"]
-                index = bucket_of[var.removesuffix(BACKWARD)]
-                key = (index, var.endswith(BACKWARD))
-                if key in served:
-                    return []
-                served.add(key)
-                tag = f"g{index}{'b' if key[1] else 'f'}"
-                order.append((index, tag, True))
-                return [Signal(tag), Wait(f"{tag}/done")]
-            name = producer.get(node.name)
-            if name is None:
-                return []
-            index = bucket_of[name]
-            filled[index] += 1
-            if filled[index] < len(layout.buckets[index].names):
-                return []
-            order.append((index, f"bucket{index}", False))
-            return [Signal(f"bucket{index}")]
-
-        stretch = straggler_factor(costs.variation(graph), replicas)
-        programs[device] = node_actions(graph, costs, device, requests, stretch=stretch)
+        actions: list[Action] = []
+        for step in range(accumulate):
+            last = step == accumulate - 1
+            # The last micro-step's own add into the buffers comes before it (as
+            # ``step_programs.accumulated`` counts it).
+            actions += [adding] if last and accumulate > 1 else []
+            exchanges = _micro_step(layout, producer, zero_stage, order, step, last)
+            actions += node_actions(graph, costs, device, exchanges, stretch=stretch)
+            actions += [] if last else [adding]
+        programs[device] = actions
     communication: dict[str, list[Action]] = {device: [] for device in devices}
     for index, tag, gathers in order:
         if not gathers:
@@ -144,3 +137,44 @@ def sharded_step(
             for device in devices:
                 programs[device] += gather[device]
     return StepPrograms(programs, costs.ring_link)
+
+
+def _micro_step(
+    layout: ShardLayout,
+    producer: dict[str, str],
+    zero_stage: int,
+    order: list[tuple[int, str, bool]],
+    step: int,
+    last: bool,
+) -> Callable[[Node], list[Action]]:
+    """The exchanges micro-step ``step`` asks for as its graph runs, each appended to
+    ``order`` (what the communication thread is handed): at stage 3 a gather before each
+    pass's first read of a bucket; in the last micro-step, each bucket once backward has
+    filled it."""
+    bucket_of = layout.bucket_of()
+    filled = dict.fromkeys(range(len(layout.buckets)), 0)
+    served: set[tuple[int, bool]] = set()
+    suffix = f"/m{step}" if step else ""  # each micro-step's gathers are their own
+
+    def requests(node: Node) -> list[Action]:
+        if node.op == "variable" and zero_stage == 3:
+            var = node.attrs["var"]
+            index = bucket_of[var.removesuffix(BACKWARD)]
+            key = (index, var.endswith(BACKWARD))
+            if key in served:
+                return []
+            served.add(key)
+            tag = f"g{index}{'b' if key[1] else 'f'}{suffix}"
+            order.append((index, tag, True))
+            return [Signal(tag), Wait(f"{tag}/done")]
+        name = producer.get(node.name)
+        if name is None or not last:
+            return []
+        index = bucket_of[name]
+        filled[index] += 1
+        if filled[index] < len(layout.buckets[index].names):
+            return []
+        order.append((index, f"bucket{index}", False))
+        return [Signal(f"bucket{index}")]
+
+    return requests

@@ -185,6 +185,7 @@ def _sharded(config, model, optimizer, costs, devices) -> StepPrograms:
         bucket_bytes,
         options.zero_stage,
         recompute=config.recompute,
+        accumulate=config.accumulate,
     )
 
 

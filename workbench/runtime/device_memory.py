@@ -4,9 +4,8 @@
 A :class:`DeviceMemory` keeps the device's :class:`~workbench.ir.memory.MemoryLedger`. Each
 step is a window: its resident state (parameters, optimizer slots) is held afresh when the
 step begins (a restore may have replaced the arrays) and what the ledger then holds is the
-report's resident split (counted by buffer: a ZeRO stage 1 or 2 rank's parameter shard is a
-slice of the bucket's whole parameters, which it keeps, so the whole buffer counts), the
-step's programs run with the ledger
+report's resident split (a ZeRO stage 1 or 2 rank counts the whole parameters it keeps, of
+which its shard is a slice), the step's programs run with the ledger
 and the device holds its exchange buffers in it; when the step ends the window's high-water is
 folded into the report, beside the process's resident-set high-water and, on GPUs, the CuPy
 memory pool's bytes. What the device keeps outside the interpreter (the gradients it reduces,
@@ -95,6 +94,12 @@ class DeviceMemory:
 
     def begin(self, state: Mapping[str, Any]) -> None:
         ledger = self.ledger
+        # A store whose entries view buffers it keeps whole says what it keeps (a ZeRO stage
+        # 1 or 2 rank's shards are slices of each bucket's parameters:
+        # workbench/parallel/data_parallel/sharded_state.py).
+        kept = getattr(state, "kept", None)
+        if callable(kept):
+            state = kept()
         # What a step that failed before its end still held goes first.
         for array in [*self._resident, *self._for_step]:
             ledger.release_array(array)

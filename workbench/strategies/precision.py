@@ -3,7 +3,8 @@
 Mixed precision (docs/guide/command-line.md, "Mixed precision") keeps float32 master weights,
 so it refuses ``--dtype float64``. It runs where a step's gradients come from the shared
 gradient graph and are tested for overflow before one float32 update on every replica alike:
-one-device and the between-graph data-parallel strategies (and strategies derived from them).
+one-device and the between-graph data-parallel strategies (and strategies derived from them),
+sharded ones included (float32 master shards; every rank agrees on a skip).
 Pipelines, hybrid meshes and model parallelism split the step across devices, parameter
 servers update shards that no one step tests as a whole, and in-graph replication builds one
 client graph: they refuse it, naming the strategies that take it. On GPUs, bfloat16 needs a
@@ -17,7 +18,7 @@ from workbench.runtime.device_probe import bfloat16_obstacle
 from workbench.runtime.gpu_runtime import gpu_runtime
 from workbench.strategies.definition import StrategyDefinition
 
-MIXED_PRECISION = ("one-device", "mirrored", "central-storage", "multi-worker-mirrored")
+MIXED_PRECISION = ("one-device", "mirrored", "central-storage", "multi-worker-mirrored", "sharded")
 
 
 def takes_mixed_precision(definition: StrategyDefinition) -> bool:

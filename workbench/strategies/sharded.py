@@ -5,7 +5,8 @@ Data parallel like ``mirrored``, but each of the N replicas keeps only a 1/N sha
 of all-reduce), 3 also the parameters (all-gathered before each bucket's forward and backward,
 freed after; FSDP's FULL_SHARD, and the default, since memory is why one shards). The shards
 are the ring's own chunks of each ``--bucket-mb`` fusion bucket, so the collectives are the
-ring all-reduce's two halves. The device side is
+ring all-reduce's two halves. With ``--precision mixed-*`` the shards are float32 masters and
+the model computes with 16-bit copies, all-gathered in 16 bits. The device side is
 :mod:`workbench.parallel.data_parallel.sharded_replica`.
 """
 
@@ -70,12 +71,6 @@ class Sharded(DataParallel):
                 "--zero-stage",
                 f"must be 1 (optimizer state sharded), 2 (also gradients) or 3 (also "
                 f"parameters), got {stage}",
-            )
-        if config.precision != "fp32":
-            raise ConfigError(
-                "--precision",
-                f"{config.precision} is not offered with --strategy sharded (its shards are "
-                "updated in the run's --dtype); use mirrored for mixed precision",
             )
 
     def layout(self, config: RunConfig, job: TrainingJob, replicas: int) -> ShardLayout:

@@ -20,6 +20,16 @@ is the update of the parameters' elements in it); then:
 
 Every collective runs on the one communication thread, in the order the graph asks for it,
 which is the same on every rank.
+
+With ``--precision mixed-*`` (as DeepSpeed's ZeRO with fp16/bf16) a rank's shards are float32
+masters and its optimizer slots float32, and the model computes with 16-bit copies: the update
+rounds each updated master shard into its 16-bit shard, and the all-gathers (after the update
+at stages 1 and 2, before each pass at stage 3) move the 16-bit copies, half the bytes. The
+gradients leave backward as float32, already divided by the loss scale, and are
+reduce-scattered in float32, as the mirrored family all-reduces them. A rank sees only its
+shards of the sums, so before the loss scaler moves every rank's "my shards are finite" goes
+round in one small all-reduce (N float32 flags), and every rank skips an overflowed step
+alike.
 """
 
 from __future__ import annotations
@@ -32,13 +42,24 @@ import numpy as np
 
 from workbench.ir import Executable, GraphBuilder
 from workbench.ir.graph import Graph
-from workbench.optim import Optimizer, emit_updates, init_slots
+from workbench.optim import (
+    Optimizer,
+    compute_dtype,
+    emit_updates,
+    init_slots,
+    without_compute_copies,
+)
 from workbench.parallel.collectives import plan_buckets
-from workbench.parallel.collectives.ring import ring_all_gather, ring_reduce_scatter
+from workbench.parallel.collectives.ring import (
+    ring_all_gather,
+    ring_allreduce,
+    ring_reduce_scatter,
+)
 from workbench.parallel.data_parallel.gathered_reads import gathered_reads, reads_per_pass
 from workbench.parallel.data_parallel.replica import Replica, ReplicaSpec
 from workbench.parallel.data_parallel.sharded_state import ShardedState, device_shards
 from workbench.parallel.data_parallel.shards import ShardLayout, shard_name, shard_values
+from workbench.parallel.mixed_precision import all_finite
 from workbench.parallel.resident_steps import keep_resident
 from workbench.passes import run_passes
 from workbench.training.graphs import LEARNING_RATE, gradient_name
@@ -58,7 +79,11 @@ class ShardedReplica(Replica):
         layout, rank = self.layout, self.spec.rank
         sizes = [hi - lo for lo, hi in (layout.bounds(i, rank) for i in range(len(self.buckets)))]
         # The optimizer step over this rank's shards only (the base built the whole one).
-        self.update = Executable(shard_update_graph(self.optimizer, self.config.dtype, sizes))
+        self.update = Executable(
+            shard_update_graph(
+                self.optimizer, self.config.dtype, sizes, compute_dtype(self.config.precision)
+            )
+        )
 
     @property
     def sharded(self) -> ShardedState:
@@ -92,14 +117,20 @@ class ShardedReplica(Replica):
             slots = {name: np.asarray(spec.initial_optimizer_state[name]) for name in slots}
         host_shards, host_slots = shard_values(layout, spec.rank, parameters, slots)
         whole = parameters if self.zero_stage < 3 else None
-        shards, full = device_shards(layout, spec.rank, self.arrays, host_shards, host_slots, whole)
+        half = compute_dtype(config.precision)
+        shards, full = device_shards(
+            layout, spec.rank, self.arrays, host_shards, host_slots, whole, half
+        )
         reads = reads_per_pass(self.gradients.graph) if self.zero_stage == 3 else None
-        return ShardedState(layout, spec.rank, shards, full, self._gather, reads)
+        return ShardedState(
+            layout, spec.rank, shards, full, self._gather, reads, mixed=half is not None
+        )
 
     def snapshot(self) -> dict[str, dict[str, np.ndarray]]:
         """This rank's shards and their slots, on the host (the client joins the ranks'
-        into the checkpoint layout: ``shards.join_shards``)."""
-        shards = self.sharded
+        into the checkpoint layout: ``shards.join_shards``); the 16-bit copies follow the
+        masters and are not saved."""
+        shards = without_compute_copies(self.sharded)
         parameters = {shard_name(index) for index in range(len(self.layout.buckets))}
         return {
             "parameters": {n: self.arrays.to_host(shards[n]) for n in shards if n in parameters},
@@ -194,7 +225,20 @@ class ShardedReplica(Replica):
             raise RuntimeError(
                 f"step {step}: only {len(averaged)} of {len(self.buckets)} buckets were reduced"
             )
-        return averaged, True
+        return averaged, self._every_rank_accepts(step, list(averaged.values()))
+
+    def _every_rank_accepts(self, step: int, shards: list) -> bool:
+        """Whether the step's update applies (mixed precision): every rank's shards of the
+        sums are finite. Rank r sets flag r when one of its shards holds inf or NaN; the flags'
+        ring all-reduce hands every rank the same answer, so every loss scaler moves alike."""
+        if self.scaler is None:
+            return True
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = all_finite(self.xp, shards)
+        flags = self.xp.zeros(self.spec.replicas, dtype=np.float32)
+        flags[self.spec.rank] = 0.0 if finite else 1.0
+        summed = ring_allreduce(self.transport, flags, f"s{step}/finite", inplace=True)
+        return self.scaler.update(not bool(self.xp.any(summed)))
 
     def _apply(self, step: int, averaged: dict) -> None:
         """Update this rank's shards; below stage 3, all-gather the updated parameters."""
@@ -207,9 +251,12 @@ class ShardedReplica(Replica):
             ring_all_gather(self.transport, flat, f"s{step}/p{index}")
 
 
-def shard_update_graph(optimizer: Optimizer, dtype: str, sizes: list[int]) -> Graph:
+def shard_update_graph(
+    optimizer: Optimizer, dtype: str, sizes: list[int], half: str | None = None
+) -> Graph:
     """The optimizer step over flat shards ``shard/<b>`` of ``sizes`` elements, the averaged
-    gradient shards fed as ``grad/shard/<b>``."""
+    gradient shards fed as ``grad/shard/<b>``; with a 16-bit ``half`` (mixed precision) each
+    updated master shard is then rounded into its copy ``shard/<b>/half``."""
     builder = GraphBuilder()
     learning_rate = builder.placeholder(LEARNING_RATE, (), dtype)
     params = {
@@ -218,7 +265,7 @@ def shard_update_graph(optimizer: Optimizer, dtype: str, sizes: list[int]) -> Gr
     }
     grads = [builder.placeholder(gradient_name(name), params[name].shape, dtype) for name in params]
     with builder.scope("update"):
-        emit_updates(optimizer, params, grads, learning_rate, after=[])
+        emit_updates(optimizer, params, grads, learning_rate, [], half)
     graph, _ = run_passes(builder.build({}))
     return graph
 
