@@ -16,15 +16,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workbench.costs import STAGE_HANDOFF
+from workbench.ir import Graph
 from workbench.models import Sequential
 from workbench.optim import Optimizer
 from workbench.parallel.collectives import plan_buckets
-from workbench.parallel.collectives.buckets import DEFAULT_BUCKET_BYTES
+from workbench.parallel.collectives.buckets import DEFAULT_BUCKET_BYTES, Bucket
 from workbench.parallel.collectives.compression import CompressionSpec, parse_compression
 from workbench.parallel.model_parallel.graph import build_model_parallel_graph
 from workbench.parallel.parameter_server.partitioner import place_variables, shard_bytes
 from workbench.parallel.pipeline.schedules import make_schedule
-from workbench.parallel.pipeline.stages import build_stage_graphs, split_layers
+from workbench.parallel.pipeline.stages import StageGraphs, build_stage_graphs, split_layers
 from workbench.planner.compressed_buckets import bucket_exchange
 from workbench.planner.device_costs import DeviceCosts
 from workbench.planner.graph_segments import graph_seconds, node_actions
@@ -112,6 +113,58 @@ def _update_phase(node) -> str:
     return "update" if node.name.startswith("update/") else "compute"
 
 
+@dataclass(frozen=True)
+class ReplicaGraphs:
+    """What a data-parallel replica's step runs: the gradient graph of one micro-step (its
+    share of the batch over ``accumulate``), the update, and the gradients' buckets."""
+
+    gradient: Graph
+    update: Graph
+    itemsize: int
+    buckets: list[Bucket]
+
+
+def replica_graphs(
+    model: Sequential,
+    optimizer: Optimizer,
+    batch: int,
+    dtype: str,
+    replicas: int,
+    bucket_bytes: int,
+    accumulate: int,
+    recompute: str,
+) -> ReplicaGraphs:
+    itemsize = np.dtype(dtype).itemsize
+    micro = batch // replicas // accumulate
+    return ReplicaGraphs(
+        build_training_graph(model, None, micro, dtype, recompute=recompute).graph,
+        build_update_graph(model, optimizer, dtype),
+        itemsize,
+        plan_buckets(model.parameter_shapes(), itemsize, bucket_bytes),
+    )
+
+
+def replica_computes(
+    graph: Graph,
+    costs: DeviceCosts,
+    device: str,
+    replicas: int,
+    adding: Compute,
+    accumulate: int,
+    last_signals=None,
+) -> list[Action]:
+    """A replica's K micro-step computes (straggler-stretched), the last one signalling what
+    ``last_signals(node)`` returns (the buckets it completes)."""
+    stretch = straggler_factor(costs.variation(graph), replicas)
+    computing = node_actions(graph, costs, device, lambda node: (), stretch=stretch)
+    last = (
+        computing
+        if last_signals is None
+        else node_actions(graph, costs, device, last_signals, stretch=stretch)
+    )
+    return accumulated(computing, last, accumulate, adding)
+
+
 def mirrored_step(
     model: Sequential,
     optimizer: Optimizer,
@@ -133,12 +186,10 @@ def mirrored_step(
     With ``--accumulate K`` the share is computed in K micro-steps, the buckets going out
     during the last."""
     replicas = len(devices)
-    graph = build_training_graph(
-        model, None, batch // replicas // accumulate, dtype, recompute=recompute
-    ).graph
-    update = build_update_graph(model, optimizer, dtype)
-    itemsize = np.dtype(dtype).itemsize
-    buckets = plan_buckets(model.parameter_shapes(), itemsize, bucket_bytes)
+    built = replica_graphs(
+        model, optimizer, batch, dtype, replicas, bucket_bytes, accumulate, recompute
+    )
+    graph, update, itemsize, buckets = built.gradient, built.update, built.itemsize, built.buckets
     bucket_of = {name: index for index, b in enumerate(buckets) for name in b.names}
     producer = {graph.outputs[gradient_name(name)].node: name for name in model.parameter_shapes()}
     programs: dict[str, list[Action]] = {}
@@ -157,11 +208,10 @@ def mirrored_step(
             order.append(index)
             return [Signal(f"bucket{index}")]
 
-        stretch = straggler_factor(costs.variation(graph), replicas)
-        last = node_actions(graph, costs, device, bucket_ready, stretch=stretch)
-        computing = node_actions(graph, costs, device, lambda node: (), stretch=stretch)
         adding = _adding(model, dtype, costs)
-        programs[device] = accumulated(computing, last, accumulate, adding)
+        programs[device] = replica_computes(
+            graph, costs, device, replicas, adding, accumulate, bucket_ready
+        )
     communication: dict[str, list[Action]] = {device: [] for device in devices}
     for index in order:
         reduced = bucket_exchange(
@@ -203,12 +253,10 @@ def central_storage_step(
     gradients (in ``accumulate`` micro-steps), reduces them to rank 0 bucket by bucket, rank 0
     updates the only copy and broadcasts the new values."""
     replicas = len(devices)
-    graph = build_training_graph(
-        model, None, batch // replicas // accumulate, dtype, recompute=recompute
-    ).graph
-    update = build_update_graph(model, optimizer, dtype)
-    itemsize = np.dtype(dtype).itemsize
-    buckets = plan_buckets(model.parameter_shapes(), itemsize, bucket_bytes)
+    built = replica_graphs(
+        model, optimizer, batch, dtype, replicas, bucket_bytes, accumulate, recompute
+    )
+    graph, update, itemsize, buckets = built.gradient, built.update, built.itemsize, built.buckets
     total = sum(b.size for b in buckets)
     reduce = costs.measured_collective("reduce", devices, None)
     broadcast = costs.measured_collective("broadcast", devices, None)
@@ -230,15 +278,14 @@ def central_storage_step(
             "central",
             update_seconds=graph_seconds(update, costs, devices[0]),
         )
-    stretch = straggler_factor(costs.variation(graph), replicas)
     adding = _adding(model, dtype, costs)
-    programs = {}
-    for device in devices:
-        computing = node_actions(graph, costs, device, lambda node: (), stretch=stretch)
-        programs[device] = [
-            *accumulated(computing, computing, accumulate, adding),
+    programs = {
+        device: [
+            *replica_computes(graph, costs, device, replicas, adding, accumulate),
             *exchange[device],
         ]
+        for device in devices
+    }
     return StepPrograms(programs, costs.peer_link)
 
 
@@ -427,6 +474,31 @@ def model_parallel_step(
     return StepPrograms(programs, costs.peer_link)
 
 
+def pipeline_stages(
+    model: Sequential, stages: int, micro: int, dtype: str, recompute: str
+) -> tuple[list[StageGraphs], list[int]]:
+    """Each stage's graphs for micro-batches of ``micro`` rows, and the bytes of the
+    activation each stage but the last hands on (its gradient comes back the same size)."""
+    itemsize = np.dtype(dtype).itemsize
+    layer_groups = split_layers(model, stages)
+    graphs = [
+        build_stage_graphs(
+            model,
+            layers,
+            micro,
+            dtype,
+            first=stage == 0,
+            last=stage == stages - 1,
+            recompute=recompute,
+        )
+        for stage, layers in enumerate(layer_groups)
+    ]
+    boundary = [
+        int(np.prod((micro, *model.shapes[layers.stop]))) * itemsize for layers in layer_groups[:-1]
+    ]
+    return graphs, boundary
+
+
 def pipeline_step(
     model: Sequential,
     optimizer: Optimizer,
@@ -442,27 +514,13 @@ def pipeline_step(
     forward and backward passes of each micro-batch, receiving activations from s-1 and
     gradients from s+1, then updates its layers."""
     stages = len(devices)
-    micro = batch // microbatches
-    layer_groups = split_layers(model, stages)
-    itemsize = np.dtype(dtype).itemsize
-    forward, backward, updates, boundary = [], [], [], []
-    for stage, (device, layers) in enumerate(zip(devices, layer_groups)):
-        graphs = build_stage_graphs(
-            model,
-            layers,
-            micro,
-            dtype,
-            first=stage == 0,
-            last=stage == stages - 1,
-            recompute=recompute,
-        )
-        forward.append(graph_seconds(graphs.forward, costs, device))
-        backward.append(graph_seconds(graphs.backward, costs, device))
-        update = build_update_graph(model, optimizer, dtype, graphs.parameter_names)
-        updates.append(graph_seconds(update, costs, device))
-        if stage < stages - 1:
-            out_shape = model.shapes[layers.stop]
-            boundary.append(int(np.prod((micro, *out_shape))) * itemsize)
+    graphs, boundary = pipeline_stages(model, stages, batch // microbatches, dtype, recompute)
+    forward = [graph_seconds(g.forward, costs, d) for g, d in zip(graphs, devices)]
+    backward = [graph_seconds(g.backward, costs, d) for g, d in zip(graphs, devices)]
+    updates = [
+        graph_seconds(build_update_graph(model, optimizer, dtype, g.parameter_names), costs, d)
+        for g, d in zip(graphs, devices)
+    ]
     programs = pipeline_programs(
         list(devices),
         make_schedule(schedule, stages, microbatches),
@@ -493,29 +551,14 @@ def hybrid_step(
     replica, and updates."""
     replicas = len(devices) // stages
     micro = batch // replicas // microbatches
-    layer_groups = split_layers(model, stages)
     itemsize = np.dtype(dtype).itemsize
     shapes = model.parameter_shapes()
     order = make_schedule(schedule, stages, microbatches)
     # Every replica's stage s runs the same graphs: built once, timed on each device.
-    graphs = [
-        build_stage_graphs(
-            model,
-            layers,
-            micro,
-            dtype,
-            first=stage == 0,
-            last=stage == stages - 1,
-            recompute=recompute,
-        )
-        for stage, layers in enumerate(layer_groups)
-    ]
+    graphs, boundary = pipeline_stages(model, stages, micro, dtype, recompute)
     stage_parameters = [list(stage_graphs.parameter_names) for stage_graphs in graphs]
     update_graphs = [
         build_update_graph(model, optimizer, dtype, names) for names in stage_parameters
-    ]
-    boundary = [
-        int(np.prod((micro, *model.shapes[layers.stop]))) * itemsize for layers in layer_groups[:-1]
     ]
     programs: dict[str, list[Action]] = {}
     for replica in range(replicas):
