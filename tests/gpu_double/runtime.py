@@ -18,8 +18,8 @@ import numpy as np
 
 from tests.gpu_double import fake_cupy, fake_nccl
 from workbench.ir.rules import IMPL_RULES
-from workbench.runtime.cluster import local_cpu_cluster
 from workbench.runtime.gpu_runtime import GpuRuntime
+from workbench.runtime.local_cluster import local_cpu_cluster
 from workbench.runtime.visible_devices import visible_devices_of_workers
 
 SELECTOR = "tests.gpu_double.runtime:RUNTIME"

@@ -134,10 +134,12 @@ def test_a_local_gpu_cluster_keeps_arrays_resident_and_one_thread_per_worker(mon
     monkeypatch.setitem(
         sys.modules, "dask_cuda", types.SimpleNamespace(LocalCUDACluster=LocalCUDACluster)
     )
-    gpu_runtime._local_cuda_cluster(4, "tcp", {}, None, workers_per_gpu=2)
+    gpu_runtime._local_cuda_cluster(4, "tcp", {}, None, workers_per_gpu=1)
     assert started["device_memory_limit"] == 0 and started["memory_limit"] == 0
     assert started["threads_per_worker"] == 1 and started["n_workers"] == 4
     assert started["pre-spawn"]["OMP_NUM_THREADS"] == "1"
     assert started["pre-spawn"]["MALLOC_TRIM_THRESHOLD_"] == str(256 << 20)
-    assert started["CUDA_VISIBLE_DEVICES"] == "0,0,1,1"  # two workers on each of two GPUs
+    # One worker per GPU: dask-cuda pins them itself (shared GPUs never reach it:
+    # tests/runtime/test_shared_gpu_cluster.py).
+    assert "CUDA_VISIBLE_DEVICES" not in started
     assert started["preload"][-1] == "workbench.runtime.worker_priority"  # yields the cores

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from workbench.runtime import cluster, gpu_runtime
+from workbench.runtime import gpu_runtime
 
 
 class StrictLocalCUDACluster:
@@ -37,7 +37,7 @@ def strict_dask_cuda(monkeypatch):
         started.append([environment["CUDA_VISIBLE_DEVICES"] for environment in environments])
         return "plain cluster"
 
-    monkeypatch.setattr(cluster, "local_cpu_cluster", plain_cluster)
+    monkeypatch.setattr(gpu_runtime, "local_cpu_cluster", plain_cluster)
     return started
 
 

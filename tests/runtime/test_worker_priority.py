@@ -9,7 +9,7 @@ import os
 import pytest
 from distributed import Client
 
-from workbench.runtime.cluster import local_cpu_cluster
+from workbench.runtime.local_cluster import local_cpu_cluster
 from workbench.runtime.worker_priority import LOCAL_WORKER_NICENESS
 
 pytestmark = pytest.mark.integration

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from workbench.runtime.local_cluster import local_cpu_cluster
 from workbench.runtime.visible_devices import visible_device_count, visible_devices_of_workers
 
 RUNTIME_VARIABLE = "DTRAIN_GPU_RUNTIME"
@@ -153,8 +154,6 @@ def _local_cuda_cluster(
         # dask-cuda names each worker after its GPU and refuses a second worker on one ("Can
         # not scale beyond visible devices"), so workers sharing GPUs are started as a plain
         # local cluster whose worker i sees its own GPU first, as dask-cuda would set it.
-        from workbench.runtime.cluster import local_cpu_cluster
-
         environments = [
             {"CUDA_VISIBLE_DEVICES": visible}
             for visible in visible_devices_of_workers(devices, workers_per_gpu)

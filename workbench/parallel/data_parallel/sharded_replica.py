@@ -187,7 +187,9 @@ class ShardedReplica(Replica):
         if ledger is not None:
             ledger.hold_array("parameters", buffer)
         try:
-            self.communication.submit(ring_all_gather, self.transport, buffer, key).result()
+            self.communication.submit(
+                ring_all_gather, self.transport, wire_view(buffer), key
+            ).result()
         finally:
             if ledger is not None:
                 ledger.release_array(buffer)
@@ -248,7 +250,14 @@ class ShardedReplica(Replica):
         feeds[LEARNING_RATE] = self.learning_rate(step)
         self.update.run(feeds, self.sharded, self.xp, ledger=self.ledger)
         for index, flat in enumerate(self.sharded.full or ()):
-            ring_all_gather(self.transport, flat, f"s{step}/p{index}")
+            ring_all_gather(self.transport, wire_view(flat), f"s{step}/p{index}")
+
+
+def wire_view(buffer: Any) -> Any:
+    """``buffer`` as the transports carry it: a bfloat16 buffer (an ``ml_dtypes`` type, which
+    they do not know) as the same bytes seen as uint16; an all-gather into the view fills the
+    buffer."""
+    return buffer.view(np.uint16) if buffer.dtype.name == "bfloat16" else buffer
 
 
 def shard_update_graph(

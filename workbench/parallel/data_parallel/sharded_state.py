@@ -120,10 +120,12 @@ class ShardedState(dict[str, Any]):
         """What the rank keeps between steps, by name: its entries, but at stages 1 and 2 each
         bucket's whole flat buffer under its shard's name (the shard is a slice of it, and
         the rank keeps all of it; counting the buffer itself does not rest on the array
-        library exposing a view's base)."""
+        library exposing a view's base); under mixed precision the whole buffers are the
+        16-bit copies', beside the float32 master shards."""
         kept = dict(self.items())
         for index, flat in enumerate(self.full or ()):
-            kept[shard_name(index)] = flat
+            name = shard_name(index)
+            kept[compute_copy_name(name) if self.mixed else name] = flat
         return kept
 
     def end_of_step(self) -> None:

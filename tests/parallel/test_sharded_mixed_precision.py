@@ -1,0 +1,90 @@
+"""Mixed precision under sharded data parallelism (ZeRO 1/2/3 with fp16/bf16): on 2 devices
+every stage trains digits to >= 0.95 test accuracy in float16 and in bfloat16, skips the
+overflowed step on every rank alike and reports it, keeps float32 master shards and their
+slots as optimizer state, and moves exactly the bytes derived here: gradients
+reduce-scattered in float32, parameters all-gathered in 16 bits, and one all-reduce of N
+float32 overflow flags per step. One run goes through the CuPy double.
+
+The MLP (64 inputs, hidden 32, 10 classes) has 64*32 + 32 + 32*10 + 10 = 2410 parameters, one
+bucket at the default --bucket-mb, cut in two chunks of 1205 elements.
+"""
+
+import pytest
+
+from workbench.config import RunConfig
+from workbench.launch.runner import run_training
+
+pytestmark = pytest.mark.integration
+
+QUIET = {"progress": lambda _: None}
+ELEMENTS, RANKS, STEPS, OVERFLOW = 2410, 2, 200, 3
+CHUNK = ELEMENTS // RANKS
+# As the one-device and mirrored mixed-precision runs: the smallest that clears 0.95 in both
+# 16-bit types; step 3 overflows.
+RUN = {
+    "dataset": "digits",
+    "hidden": (32,),
+    "batch_size": 64,
+    "steps": STEPS,
+    "lr_decay": "none",
+    "simulate_overflow": (OVERFLOW,),
+}
+HALF = {"mixed-fp16": "float16", "mixed-bf16": "bfloat16"}
+
+
+def sent(stage: int) -> int:
+    """Bytes each rank sends in the run. A step: the bucket reduce-scattered in float32 (N-1
+    chunks sent), then the N flags all-reduced (2(N-1) float32 elements); an applied step
+    at stages 1 and 2 then all-gathers the updated 16-bit parameters (N-1 chunks), a skipped
+    one does not. At stage 3 every step gathers the 16-bit bucket before forward and again
+    before backward, and nothing after the update."""
+    scatter = (RANKS - 1) * CHUNK * 4
+    flags = 2 * (RANKS - 1) * 4
+    gather = (RANKS - 1) * CHUNK * 2
+    if stage == 3:
+        return STEPS * (scatter + flags + 2 * gather)
+    return STEPS * (scatter + flags) + (STEPS - 1) * gather
+
+
+def check(result, precision: str, stage: int) -> None:
+    summary = result.summary
+    assert summary["test_accuracy"] >= 0.95
+    assert summary["precision"] == {
+        "mode": precision,
+        "compute_dtype": HALF[precision],
+        "skipped_steps": 1,
+        "loss_scale": 2.0**15,  # halved once from 2**16, never grown in 200 steps
+    }
+    assert all(value.dtype.name == "float32" for value in result.parameters.values())
+    assert [device["bytes_sent"] for device in summary["per_device"]] == [sent(stage)] * RANKS
+    for device, memory in summary["memory"].items():
+        # The float32 master shard and its momentum slot's shard: 4 + 4 bytes an element.
+        assert memory["resident"]["optimizer"] == CHUNK * (4 + 4), device
+        # The 16-bit copies: whole below stage 3, the rank's shard at stage 3.
+        copies = ELEMENTS * 2 if stage < 3 else CHUNK * 2
+        assert memory["resident"]["parameters"] == copies, device
+
+
+@pytest.mark.parametrize("precision", list(HALF))
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_every_zero_stage_trains_digits_in_16_bits_and_skips_alike(
+    stage, precision, no_leftover_processes
+):
+    config = RunConfig(
+        strategy="sharded", devices=RANKS, zero_stage=stage, precision=precision, **RUN
+    )
+    check(run_training(config, **QUIET), precision, stage)
+
+
+def test_stage_3_on_the_cupy_double_trains_in_float16(cpu_double_gpus, no_leftover_processes):
+    config = RunConfig(
+        strategy="sharded",
+        devices=RANKS,
+        zero_stage=3,
+        device_type="gpu",
+        precision="mixed-fp16",
+        **RUN,
+    )
+    result = run_training(config, **QUIET)
+    assert result.summary["device_type"] == "gpu"
+    check(result, "mixed-fp16", 3)
