@@ -79,6 +79,24 @@ ROWS: dict[str, dict[str, Any]] = {
     "zero-1": {"strategy": "sharded", "devices": WIDE, "zero_stage": 1},
     "zero-2": {"strategy": "sharded", "devices": WIDE, "zero_stage": 2},
     "zero-3": {"strategy": "sharded", "devices": WIDE, "zero_stage": 3},
+    "zero-1-fp16": {
+        "strategy": "sharded",
+        "devices": 2,
+        "zero_stage": 1,
+        "precision": "mixed-fp16",
+    },
+    "zero-2-fp16": {
+        "strategy": "sharded",
+        "devices": 2,
+        "zero_stage": 2,
+        "precision": "mixed-fp16",
+    },
+    "zero-3-fp16": {
+        "strategy": "sharded",
+        "devices": 2,
+        "zero_stage": 3,
+        "precision": "mixed-fp16",
+    },
 }
 # Options the table shows beside the strategy, in this order.
 SHOWN: tuple[str, ...] = ("devices", "ps", "schedule", "microbatches", "stages", "zero_stage")
