@@ -3,16 +3,23 @@ every stage trains digits to >= 0.95 test accuracy in float16 and in bfloat16, s
 overflowed step on every rank alike and reports it, keeps float32 master shards and their
 slots as optimizer state, and moves exactly the bytes derived here: gradients
 reduce-scattered in float32, parameters all-gathered in 16 bits, and one all-reduce of N
-float32 overflow flags per step. One run goes through the CuPy double.
+float32 overflow flags per step; the planner predicts each device's measured peak. One run
+goes through the CuPy double.
 
 The MLP (64 inputs, hidden 32, 10 classes) has 64*32 + 32 + 32*10 + 10 = 2410 parameters, one
 bucket at the default --bucket-mb, cut in two chunks of 1205 elements.
 """
 
+import numpy as np
 import pytest
 
 from workbench.config import RunConfig
 from workbench.launch.runner import run_training
+from workbench.models import build_model
+from workbench.optim import make_optimizer
+from workbench.planner.device_costs import described_costs
+from workbench.planner.memory import predict_memory
+from workbench.simulate import parse_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +53,16 @@ def sent(stage: int) -> int:
     return STEPS * (scatter + flags) + (STEPS - 1) * gather
 
 
-def check(result, precision: str, stage: int) -> None:
+def predicted_peaks(config: RunConfig, devices: list[str]) -> list[int]:
+    """The planner's peak per device (the costs matter only to model-parallel placement)."""
+    model = build_model("mlp", (64,), 10, config.hidden)
+    costs = described_costs(parse_cluster("dgx-h100,hosts=1,gpus-per-host=2"))
+    peaks = predict_memory(config, model, make_optimizer(config.optimizer), devices, costs)
+    return [peaks[device].total for device in devices]
+
+
+def check(result, config: RunConfig) -> None:
+    precision, stage = config.precision, config.options["zero_stage"]
     summary = result.summary
     assert summary["test_accuracy"] >= 0.95
     assert summary["precision"] == {
@@ -63,6 +79,9 @@ def check(result, precision: str, stage: int) -> None:
         # The 16-bit copies: whole below stage 3, the rank's shard at stage 3.
         copies = ELEMENTS * 2 if stage < 3 else CHUNK * 2
         assert memory["resident"]["parameters"] == copies, device
+    devices = [device["device"] for device in summary["per_device"]]
+    measured = [summary["memory"][device]["peak_bytes"] for device in devices]
+    assert predicted_peaks(config, devices) == measured
 
 
 @pytest.mark.parametrize("precision", list(HALF))
@@ -73,7 +92,7 @@ def test_every_zero_stage_trains_digits_in_16_bits_and_skips_alike(
     config = RunConfig(
         strategy="sharded", devices=RANKS, zero_stage=stage, precision=precision, **RUN
     )
-    check(run_training(config, **QUIET), precision, stage)
+    check(run_training(config, **QUIET), config)
 
 
 def test_stage_3_on_the_cupy_double_trains_in_float16(cpu_double_gpus, no_leftover_processes):
@@ -87,4 +106,25 @@ def test_stage_3_on_the_cupy_double_trains_in_float16(cpu_double_gpus, no_leftov
     )
     result = run_training(config, **QUIET)
     assert result.summary["device_type"] == "gpu"
-    check(result, "mixed-fp16", 3)
+    check(result, config)
+
+
+def test_a_mixed_precision_checkpoint_holds_the_float32_masters_and_resumes_under_mirrored(
+    tmp_path, no_leftover_processes
+):
+    """The 16-bit copies are not saved: stage 3's checkpoint is the float32 masters (Adam's
+    moments and step count joined from the shards), and mirrored resumes it to the parameters
+    of its own straight run."""
+    flags = {**RUN, "devices": RANKS, "optimizer": "adam", "precision": "mixed-fp16"}
+    flags.pop("simulate_overflow")
+    straight = run_training(RunConfig(strategy="mirrored", **{**flags, "steps": 8}), **QUIET)
+    saved = str(tmp_path / "ckpt")
+    first = RunConfig(strategy="sharded", zero_stage=3, save=saved, **{**flags, "steps": 4})
+    run_training(first, **QUIET)
+    then = RunConfig(strategy="mirrored", resume=saved, **{**flags, "steps": 8})
+    resumed = run_training(then, **QUIET)
+    assert resumed.summary["first_step"] == 4
+    assert resumed.parameters.keys() == straight.parameters.keys()
+    for name, value in straight.parameters.items():
+        assert resumed.parameters[name].dtype.name == "float32"
+        np.testing.assert_allclose(resumed.parameters[name], value, rtol=1e-6, err_msg=name)

@@ -23,10 +23,11 @@ from workbench.ir.interpreter import GRADIENT_PREFIX
 from workbench.ir.liveness import LiveBytes, live_bytes
 from workbench.ir.memory import CATEGORIES
 from workbench.models import Sequential
-from workbench.optim import Optimizer
+from workbench.optim import Optimizer, compute_dtype
 from workbench.parallel.collectives import plan_buckets
 from workbench.parallel.collectives.buckets import DEFAULT_BUCKET_BYTES, Bucket
 from workbench.parallel.data_parallel.gathered_reads import BACKWARD, gathered_reads
+from workbench.parallel.data_parallel.sharded_replica import shard_update_graph
 from workbench.parallel.data_parallel.shards import ShardLayout
 from workbench.parallel.model_parallel.graph import build_model_parallel_graph
 from workbench.parallel.parameter_server.client_graph import build_parameter_server_graph
@@ -372,6 +373,10 @@ def _sharded(sizes: _Sizes, config: RunConfig, devices: Sequence[str]) -> dict[s
     bucket_bytes = int(float(config.options.get("bucket_mb", 25)) * 2**20)
     buckets = sizes.buckets(bucket_bytes=bucket_bytes)
     layout = ShardLayout(tuple(buckets), replicas)
+
+    def bounds(rank: int) -> list[tuple[int, int]]:
+        return [layout.bounds(index, rank) for index in range(len(buckets))]
+
     graph = sizes.training(micro, False)
     gathered = None
     if stage == 3:
@@ -387,15 +392,35 @@ def _sharded(sizes: _Sizes, config: RunConfig, devices: Sequence[str]) -> dict[s
     per_element, per_bucket = _slot_layout(sizes)
     result = {}
     for rank, device in enumerate(devices):
-        chunk = sum(hi - lo for lo, hi in (layout.bounds(i, rank) for i in range(len(buckets))))
+        chunk = sum(hi - lo for lo, hi in bounds(rank))
         resident = {
             "parameters": (sizes.parameters() if stage < 3 else chunk * sizes.compute_itemsize),
             "optimizer": chunk * per_element + len(buckets) * per_bucket,
         }
-        # After backward: the reduced shards beside the packed buckets they came from.
-        reduced = {"gradients": chunk * sizes.itemsize, "communication": sizes.gradients()}
-        result[device] = device_memory(resident, [*moments, reduced])
+        # After backward: the reduced shards, at stage 1 views of the packed buckets, beside
+        # the whole gradients where they are kept; from stage 2 copies, the buckets gone
+        # (sharded_replica.py). The shard update runs beside them (under mixed precision, a
+        # 16-bit rounding of each master until assigned).
+        whole = sizes.gradients() if keep else 0
+        reduced = {
+            "gradients": whole + (chunk * sizes.itemsize if stage > 1 else 0),
+            "communication": sizes.gradients() if stage == 1 else 0,
+        }
+        update = _shard_update(sizes, [hi - lo for lo, hi in bounds(rank)], reduced)
+        result[device] = device_memory(resident, [*moments, reduced, *update])
     return result
+
+
+def _shard_update(
+    sizes: _Sizes, chunks: Sequence[int], reduced: Mapping[str, int]
+) -> list[dict[str, int]]:
+    """The moments of a rank's shard update (its learning rate; under mixed precision each
+    master shard's 16-bit rounding until assigned), fed the reduced shards held beside it."""
+    half = compute_dtype(sizes.config.precision)
+    graph = shard_update_graph(sizes.optimizer, sizes.dtype, list(chunks), half)
+    fed = [node.name for node in graph.nodes if node.op == "placeholder"]
+    walk = live_bytes(graph, external=[name for name in fed if name.startswith(GRADIENT_PREFIX)])
+    return [_plus(moment, **reduced) for moment in _moments(walk)]
 
 
 def _slot_layout(sizes: _Sizes) -> tuple[int, int]:
