@@ -58,3 +58,36 @@ def test_every_device_sends_the_bytes_its_replica_sends(stage):
         sent = sum(a.nbytes for a in step.programs[device] if isinstance(a, Send))
         assert sent == sent_per_step(TWO_BUCKETS, 4, rank, stage), (rank, device)
     assert simulate(step.programs, step.link).makespan > 0
+
+
+def test_a_large_rings_halves_are_one_action_a_rank_and_play_like_the_messages():
+    from dataclasses import replace
+
+    from workbench.planner.sharded_step import ring_halves
+    from workbench.simulate import (
+        Labels,
+        Link,
+        RingOptions,
+        ring_allreduce_programs,
+        simulate,
+        uniform,
+    )
+
+    large = [f"d{i}" for i in range(300)]
+    scatter, gather = ring_halves(large, 3_000_000, 4, 0.0, "g", "communication")
+    whole = ring_allreduce_programs(large, 3_000_000, 0.0, "g", RingOptions(4))["d0"][0]
+    for half, part in ((scatter, "reduce-scatter"), (gather, "all-gather")):
+        expected = replace(whole, part=part, stream="communication")
+        assert all(actions == [expected] for actions in half.values())
+    # Played one action a rank, each half takes the times and bytes of its messages.
+    small = [f"d{i}" for i in range(4)]
+    link = uniform(Link(1e-5, 1e9))
+    for part in ("reduce-scatter", "all-gather"):
+        played = {}
+        for vectorised in (False, True):
+            options = RingOptions(4, vectorised=vectorised, labels=Labels(), part=part)
+            timeline = simulate(ring_allreduce_programs(small, 40_000, 0.0, "g", options), link)
+            played[vectorised] = (timeline.makespan, timeline.bytes_sent("d0"))
+        assert played[True][0] == pytest.approx(played[False][0], rel=1e-12)
+        # Each half passes N-1 of the N chunks on: 3 x 10,000 bytes from every rank.
+        assert played[True][1] == played[False][1] == 3 * 10_000

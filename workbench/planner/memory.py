@@ -391,6 +391,7 @@ def _sharded(sizes: _Sizes, config: RunConfig, devices: Sequence[str]) -> dict[s
     moments = _backward_with_buckets(sizes, graph, buckets, keep, gathered)
     per_element, per_bucket = _slot_layout(sizes)
     result = {}
+    updates: dict[tuple, list[dict[str, int]]] = {}
     for rank, device in enumerate(devices):
         chunk = sum(hi - lo for lo, hi in bounds(rank))
         resident = {
@@ -406,8 +407,12 @@ def _sharded(sizes: _Sizes, config: RunConfig, devices: Sequence[str]) -> dict[s
             "gradients": whole + (chunk * sizes.itemsize if stage > 1 else 0),
             "communication": sizes.gradients() if stage == 1 else 0,
         }
-        update = _shard_update(sizes, [hi - lo for lo, hi in bounds(rank)], reduced)
-        result[device] = device_memory(resident, [*moments, reduced, *update])
+        shard = tuple(hi - lo for lo, hi in bounds(rank))
+        # Ranks' shards differ by an element at most: each update walked once.
+        key = (shard, tuple(reduced.items()))
+        if key not in updates:
+            updates[key] = _shard_update(sizes, shard, reduced)
+        result[device] = device_memory(resident, [*moments, reduced, *updates[key]])
     return result
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from workbench.ir.graph import Node
+from workbench.ir.graph import Graph, Node
 from workbench.models import Sequential
 from workbench.optim import Optimizer
 from workbench.parallel.collectives import plan_buckets
@@ -36,6 +36,7 @@ from workbench.simulate import (
     Compute,
     Labels,
     RingOptions,
+    RingPart,
     Signal,
     Wait,
     ring_allreduce_programs,
@@ -48,17 +49,13 @@ def ring_halves(
     devices: Sequence[str], nbytes: int, itemsize: int, add: float, key: str, stream: str
 ) -> tuple[dict[str, list[Action]], dict[str, list[Action]]]:
     """(the reduce-scatter, the all-gather) of a ring over ``devices`` of ``nbytes``, each
-    device's actions in ``stream``."""
-    options = RingOptions(itemsize, vectorised=False, labels=Labels("allreduce", stream))
-    whole = ring_allreduce_programs(list(devices), nbytes, add, key, options)
-    scatter, gather = {}, {}
-    for device, actions in whole.items():
-        cut = next(
-            (i for i, a in enumerate(actions) if "/ag" in str(getattr(a, "key", ""))),
-            len(actions),
-        )
-        scatter[device], gather[device] = actions[:cut], actions[cut:]
-    return scatter, gather
+    device's actions in ``stream`` (one action a rank on large rings, as mirrored's)."""
+
+    def half(part: RingPart) -> dict[str, list[Action]]:
+        options = RingOptions(itemsize, labels=Labels("allreduce", stream), part=part)
+        return ring_allreduce_programs(list(devices), nbytes, add, key, options)
+
+    return half("reduce-scatter"), half("all-gather")
 
 
 def sharded_step(
@@ -122,9 +119,13 @@ def sharded_step(
                 *gather[device],
                 Signal(f"{tag}/done", COMMUNICATION),
             ]
+    updates: dict[tuple[int, ...], Graph] = {}  # ranks' shards differ by an element at most
     for rank, device in enumerate(devices):
         bounds = (layout.bounds(i, rank) for i in range(len(layout.buckets)))
-        update = shard_update_graph(optimizer, dtype, [hi - lo for lo, hi in bounds])
+        shard = tuple(hi - lo for lo, hi in bounds)
+        if shard not in updates:
+            updates[shard] = shard_update_graph(optimizer, dtype, list(shard))
+        update = updates[shard]
         programs[device] += communication[device]
         programs[device] += [
             Signal("reduced", COMMUNICATION),

@@ -148,14 +148,13 @@ def replica_computes(
     graph: Graph,
     costs: DeviceCosts,
     device: str,
-    replicas: int,
+    stretch: float,
     adding: Compute,
     accumulate: int,
     last_signals=None,
 ) -> list[Action]:
-    """A replica's K micro-step computes (straggler-stretched), the last one signalling what
-    ``last_signals(node)`` returns (the buckets it completes)."""
-    stretch = straggler_factor(costs.variation(graph), replicas)
+    """A replica's K micro-step computes (``stretch``: the straggler allowance), the last one
+    signalling what ``last_signals(node)`` returns (the buckets it completes)."""
     computing = node_actions(graph, costs, device, lambda node: (), stretch=stretch)
     last = (
         computing
@@ -193,6 +192,8 @@ def mirrored_step(
     bucket_of = {name: index for index, b in enumerate(buckets) for name in b.names}
     producer = {graph.outputs[gradient_name(name)].node: name for name in model.parameter_shapes()}
     programs: dict[str, list[Action]] = {}
+    stretch = straggler_factor(costs.variation(graph), replicas)
+    adding = _adding(model, dtype, costs)
     for device in devices:
         filled = {index: 0 for index in range(len(buckets))}
         order: list[int] = []
@@ -208,9 +209,8 @@ def mirrored_step(
             order.append(index)
             return [Signal(f"bucket{index}")]
 
-        adding = _adding(model, dtype, costs)
         programs[device] = replica_computes(
-            graph, costs, device, replicas, adding, accumulate, bucket_ready
+            graph, costs, device, stretch, adding, accumulate, bucket_ready
         )
     communication: dict[str, list[Action]] = {device: [] for device in devices}
     for index in order:
@@ -279,9 +279,10 @@ def central_storage_step(
             update_seconds=graph_seconds(update, costs, devices[0]),
         )
     adding = _adding(model, dtype, costs)
+    stretch = straggler_factor(costs.variation(graph), replicas)
     programs = {
         device: [
-            *replica_computes(graph, costs, device, replicas, adding, accumulate),
+            *replica_computes(graph, costs, device, stretch, adding, accumulate),
             *exchange[device],
         ]
         for device in devices

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 
 from workbench.chunks import SLICE_BYTES, chunk_bounds
 from workbench.simulate.explicit_ring import explicit_ring
-from workbench.simulate.programs import ALLREDUCE, MAIN, Labels, Programs, RingAllReduce
+from workbench.simulate.programs import (
+    ALLREDUCE,
+    MAIN,
+    Labels,
+    Programs,
+    RingAllReduce,
+    RingPart,
+)
 from workbench.simulate.reduce_broadcast import broadcast_programs, concat_programs, reduce_programs
 
 ALLREDUCE_ALGORITHMS = ("ring", "hierarchical-copy", "reduce-to-one")
@@ -41,6 +48,7 @@ class RingOptions:
     slice_bytes: int = SLICE_BYTES
     vectorised: bool | None = None
     labels: Labels = ALLREDUCE
+    part: RingPart = "all"  # both halves, or only the reduce-scatter or the all-gather
 
 
 def ring_allreduce_programs(
@@ -83,6 +91,7 @@ def ring_allreduce_programs(
         key,
         labels.phase,
         labels.stream,
+        options.part,
     )
     if vectorised or (vectorised is None and size > VECTORISE_ABOVE):
         return {device: [ring] for device in devices}

@@ -36,11 +36,11 @@ def explicit_ring(ring: RingAllReduce) -> Programs:
             ring.stream,
         )
         actions: list[Action] = []
-        for s in range(size - 1):
+        for s in range(size - 1 if ring.part != "all-gather" else 0):
             outgoing, incoming = bounds[(rank - s) % size], bounds[(rank - s - 1) % size]
             add, label = ring.add_seconds_per_byte, f"{ring.key}/rs{s}"
             actions += step.actions(label, outgoing, incoming, ring.slice_elements, add)
-        for s in range(size - 1):
+        for s in range(size - 1 if ring.part != "reduce-scatter" else 0):
             outgoing, incoming = bounds[(rank + 1 - s) % size], bounds[(rank - s) % size]
             label = f"{ring.key}/ag{s}"
             actions += step.actions(label, outgoing, incoming, ring.slice_elements, 0.0)

@@ -42,6 +42,7 @@ def simulate_ring(
     itemsize: int,
     slice_elements: int,
     add_seconds_per_byte: float,
+    steps: range | None = None,
 ) -> RingResult:
     """Play a ring all-reduce: rank r starts at ``starts[r]`` and sends to rank r+1 over a link
     of ``latency[r]``, ``bandwidth[r]``, free from ``link_free[r]`` on.
@@ -74,7 +75,8 @@ def simulate_ring(
         received=np.zeros(size, dtype=np.int64),
     )
     whole_chunks = int(chunks.max()) <= slice_elements
-    for step in range(2 * (size - 1)):
+    # Steps 0..N-2 are the reduce-scatter, N-1..2N-3 the all-gather (``steps``: some of them).
+    for step in range(2 * (size - 1)) if steps is None else steps:
         if step < size - 1:  # reduce-scatter: send chunk r - step, add what arrives
             outgoing, add = chunks[(ranks - step) % size], add_seconds_per_byte
         else:  # all-gather: pass the completed chunks on
@@ -145,3 +147,20 @@ class _RingState:
             self.link_free = np.where(mask, put_end, self.link_free)
             self.sent += np.where(mask, nbytes, 0)
         return put_end + self.latency
+
+
+def ring_steps(size: int, part: str) -> range:
+    """The steps of a ring of ``size`` ranks that ``part`` (``all``, ``reduce-scatter``,
+    ``all-gather``) plays.
+
+    Examples
+    --------
+    >>> ring_steps(3, "all"), ring_steps(3, "reduce-scatter"), ring_steps(3, "all-gather")
+    (range(0, 4), range(0, 2), range(2, 4))
+    """
+    half = size - 1
+    return {
+        "all": range(2 * half),
+        "reduce-scatter": range(half),
+        "all-gather": range(half, 2 * half),
+    }[part]

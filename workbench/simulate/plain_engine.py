@@ -23,7 +23,7 @@ from typing import Any, cast
 import numpy as np
 
 from workbench.simulate.links import Link, LinkModel
-from workbench.simulate.lockstep_ring import simulate_ring
+from workbench.simulate.lockstep_ring import ring_steps, simulate_ring
 from workbench.simulate.programs import (
     Action,
     Compute,
@@ -246,6 +246,7 @@ class Engine:
             ring.itemsize,
             ring.slice_elements,
             ring.add_seconds_per_byte,
+            ring_steps(len(members), ring.part),
         )
         self.events += result.rounds
         for rank, member in enumerate(members):

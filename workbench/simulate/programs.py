@@ -21,6 +21,7 @@ name what the timeline shows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 MAIN = "main"
 
@@ -117,6 +118,10 @@ class Wait(_Mark):
     """
 
 
+RingPart = Literal["all", "reduce-scatter", "all-gather"]
+RING_PARTS: tuple[RingPart, ...] = ("all", "reduce-scatter", "all-gather")
+
+
 @dataclass(frozen=True)
 class RingAllReduce:
     """One ring all-reduce over ``devices`` (in ring order), every member running this same
@@ -141,10 +146,15 @@ class RingAllReduce:
     key: str
     phase: str = "allreduce"
     stream: str = MAIN
+    # Which steps it plays: both halves, or one (a sharded step's reduce-scatter of gradients
+    # or all-gather of parameters).
+    part: RingPart = "all"
 
     def __post_init__(self) -> None:
         if len(self.devices) < 2 or len(set(self.devices)) != len(self.devices):
             raise ValueError(f"ring {self.key!r}: needs two or more distinct devices")
+        if self.part not in RING_PARTS:
+            raise ValueError(f"ring {self.key!r}: part {self.part!r} is not one of {RING_PARTS}")
         if len(self.chunk_elements) != len(self.devices) or min(self.chunk_elements) < 0:
             raise ValueError(f"ring {self.key!r}: needs one chunk size (>= 0) per device")
         if self.itemsize < 1 or self.slice_elements < 1:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -53,8 +54,12 @@ class ShardLayout:
 
     def bounds(self, index: int, rank: int) -> tuple[int, int]:
         """Rank ``rank``'s elements ``[lo, hi)`` of bucket ``index``'s flat buffer."""
-        chunks = chunk_bounds(self.buckets[index].size, self.replicas)
-        return chunks[owned_chunk(rank, self.replicas)]
+        return self._chunks[index][owned_chunk(rank, self.replicas)]
+
+    @cached_property
+    def _chunks(self) -> tuple[list[tuple[int, int]], ...]:
+        # Cut once: the planner asks every rank of clusters of thousands.
+        return tuple(chunk_bounds(bucket.size, self.replicas) for bucket in self.buckets)
 
     def bucket_of(self) -> dict[str, int]:
         return {name: index for index, bucket in enumerate(self.buckets) for name in bucket.names}
