@@ -41,6 +41,7 @@ def test_calibrate_then_what_if_on_the_local_cluster(capsys, store_root):
     assert {row["strategy"] for row in predicted} == {
         "one-device",
         "mirrored",
+        "sharded",
         "central-storage",
         "parameter-server",
         "model-parallel",

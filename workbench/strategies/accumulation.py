@@ -14,8 +14,12 @@ the storage, K exchanges a step, so they refuse it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from workbench.config import ConfigError, RunConfig
-from workbench.strategies.definition import StrategyDefinition
+
+if TYPE_CHECKING:  # the definitions import the engine, which the flag parser must not wait for
+    from workbench.strategies.definition import StrategyDefinition
 
 # The data-parallel strategies whose replicas accumulate (and strategies derived from them).
 ACCUMULATING = (

@@ -13,10 +13,14 @@ CuPy that has it (:func:`check_precision_on_device`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from workbench.config import ConfigError, RunConfig
 from workbench.runtime.device_probe import bfloat16_obstacle
 from workbench.runtime.gpu_runtime import gpu_runtime
-from workbench.strategies.definition import StrategyDefinition
+
+if TYPE_CHECKING:  # the definitions import the engine, which the flag parser must not wait for
+    from workbench.strategies.definition import StrategyDefinition
 
 MIXED_PRECISION = ("one-device", "mirrored", "central-storage", "multi-worker-mirrored", "sharded")
 
