@@ -63,7 +63,10 @@ class PhaseEvent(NamedTuple):
     between CPU devices, ``host-staged:shared-memory``, ``host-staged:tls``, ``device:ucx`` or
     ``device:nccl`` between GPU devices ("" when nothing moved). ``reason``: why, for a
     ``failure`` (e.g. ``task0-cpu0: StallError: ...``); "" otherwise, and in records written
-    before failures carried one.
+    before failures carried one. ``action``: what a pipeline stage's ``compute`` ran, its
+    schedule's action (``F3``: forward of micro-batch 3, ``B3`` its backward, ``I3``/``W3`` its
+    input- and weight-gradient halves; ``F3@1`` on model chunk 1 of a device holding several);
+    "" for every other event.
 
     Devices make several a step and send them back in their task's report, so the record is a
     ``NamedTuple``: read by field name, and cheaper to make and to pickle (see ``__reduce__``)
@@ -79,6 +82,7 @@ class PhaseEvent(NamedTuple):
     bytes_received: int = 0
     path: str = ""
     reason: str = ""
+    action: str = ""
 
     def __reduce__(self) -> tuple[type[PhaseEvent], tuple[Any, ...]]:
         # The class and its fields. Pickle's default for a NamedTuple goes through ``copyreg``
@@ -94,6 +98,8 @@ class PhaseEvent(NamedTuple):
         fields["phase"] = str(self.phase)  # the name as a plain string, as files always had it
         if not self.reason:
             del fields["reason"]  # only failures carry one: the other lines stay as they were
+        if not self.action:
+            del fields["action"]  # only pipeline stages' computes carry one
         return fields
 
     @classmethod
