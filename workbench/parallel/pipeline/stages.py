@@ -20,6 +20,7 @@ rest recomputed in backward (GPipe's re-materialisation, per layer)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +38,8 @@ STAGE_INPUT, OUTPUT_GRADIENT, ACTIVATION, INPUT_GRADIENT = (
 )
 # The forward values a stage's backward reads are handed over under ``stash/<node>/<index>``.
 STASH = "stash"
+# The objective's output name in a graph handed to a forward rewrite.
+_OBJECTIVE = "objective"
 # Read again in backward from where they are (fed, constant or the device's variables).
 _SOURCES = ("placeholder", "constant", "variable")
 
@@ -103,10 +106,16 @@ def build_stage_graphs(
     first: bool,
     last: bool,
     recompute: str = "none",
+    forward_rewrite: Callable[[Graph], Graph] | None = None,
 ) -> StageGraphs:
     """The stage's forward and backward graphs for micro-batches of ``microbatch`` rows, cut
     from one training graph of ``layers`` rewritten by the ``recompute`` policy (see the
     module docstring).
+
+    ``forward_rewrite``, if given, rewrites the stage's forward graph (its placeholders,
+    variables, forward ops and objective, before autodiff), keeping the names of its
+    placeholders, variables and outputs: a tensor-parallel rank's split of the stage
+    (:mod:`workbench.passes.tensor_split`), whose variables have their shards' shapes.
 
     Examples
     --------
@@ -137,6 +146,13 @@ def build_stage_graphs(
         # The vjp with the next stage's gradient: d(sum(out * g)) / d(inputs) = g^T J.
         incoming = builder.placeholder(OUTPUT_GRADIENT, out.shape, dtype)
         objective = ops.reduce_sum(out * incoming)
+    if forward_rewrite is not None:
+        rewritten = forward_rewrite(builder.build({**ahead, _OBJECTIVE: objective}))
+        builder = GraphBuilder(rewritten)
+        x = builder.tensor(Value(STAGE_INPUT))
+        params = {n: builder.tensor(Value(n)) for n in names}
+        objective = builder.tensor(rewritten.outputs[_OBJECTIVE])
+        ahead = {key: builder.tensor(rewritten.outputs[key]) for key in ahead}
     wrt = [params[n] for n in names] + ([] if first else [x])
     results = gradients(builder, objective, wrt)
     behind = {gradient_name(n): g for n, g in zip(names, results)}
