@@ -99,16 +99,20 @@ def test_each_fault_has_a_legend_entry_of_its_own_listing_what_its_source_holds(
     by_source = {
         item.renderers[0].data_source.name: item for item in legend.items if item.renderers
     }
-    assert set(by_source) == {"timeline", "failures", "recoveries", "dropped"}
+    assert set(by_source) == {"timeline", "failures", "recoveries", "dropped", "actions"}
     for name, item in by_source.items():
-        # A field label: an entry per phase the source holds, none for a run without faults.
-        assert item.label.field == "phase"
-        assert item.renderers == drawn[name]
+        # A field label: an entry per phase the source holds, none for a run without faults
+        # (a pipeline's actions: an entry per kind).
+        assert item.label.field == ("legend" if name == "actions" else "phase")
+        # The actions' bars, not the labels written on them.
+        assert item.renderers == (drawn[name][:1] if name == "actions" else drawn[name])
 
 
 def test_the_timeline_hover_covers_the_faults():
     charts = LiveCharts(EventLog(), batch_size=32)
     tools = charts.figures["timeline"].tools
-    (hover,) = [tool for tool in tools if isinstance(tool, HoverTool)]
+    hovers = [tool for tool in tools if isinstance(tool, HoverTool)]
+    # The phases' hover; a pipeline's actions have one of their own.
+    (hover,) = [tool for tool in hovers if tool.renderers[0].data_source.name == "timeline"]
     hovered = {renderer.data_source.name for renderer in hover.renderers}
     assert hovered == {"timeline", "failures", "recoveries", "dropped"}

@@ -51,7 +51,8 @@ def test_the_timeline_page_sends_the_fault_sources_and_grows_with_them(runs):
     _record_all(recorder, before_the_failure())
     manager = RunsManager()
     first = manager.chart_data("faulty", "timeline")["sources"]
-    assert set(first) == {"phase_shares", "timeline", "failures", "recoveries", "dropped"}
+    faults = {"failures", "recoveries", "dropped"}
+    assert set(first) == {"phase_shares", "timeline", "actions", *faults}
     assert first["failures"]["device"] == [FAILED_DEVICE]
     assert first["recoveries"]["phase"] == [] and first["dropped"]["phase"] == []
     _record_all(recorder, after_the_failure())

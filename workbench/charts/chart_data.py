@@ -11,6 +11,11 @@ each its own way and lists only those a run had in its legend; they are neither 
 communication in the utilization bars, and failures and recoveries are no step's work in the
 straggler view.
 
+A pipeline stage's ``compute`` that carries its schedule's action (``F3``, ``B3``, ``I3``,
+``W3``, ``F3@1``) goes to the ``actions`` timeline chart instead, with the action's kind,
+micro-batch, chunk, colour and words (:mod:`workbench.charts.pipeline_actions`), so the timeline
+colours it by kind; every other run's rows are the ``timeline`` rows they always were.
+
 The devices' measured-memory reports go to the memory charts (``memory``, streamed;
 ``memory_split``, replaced: :mod:`workbench.charts.memory_data`).
 
@@ -28,6 +33,7 @@ import numpy as np
 
 from workbench.charts.memory_data import MemoryReports
 from workbench.charts.phase_shares import PhaseShares
+from workbench.charts.pipeline_actions import parse_action
 from workbench.events import EventLog
 from workbench.events.records import (
     BUSY_PHASES,
@@ -47,6 +53,8 @@ FAULT_TIMELINES = {
     Phase.RECOVERY: "recoveries",
     Phase.DROPPED: "dropped",
 }
+# The timeline chart of the computes that carry a pipeline schedule's action.
+ACTIONS = "actions"
 # Not work done for a step: a failure marks a moment, a recovery spans the restore.
 NOT_STEP_WORK = (Phase.FAILURE, Phase.RECOVERY)
 
@@ -169,15 +177,22 @@ class ChartFeed:
             if event.phase not in self._phases_seen:
                 self._phases_seen.append(event.phase)
             self._shares.add(event.device, event.phase, event.start, event.end)
-        update.append(
-            FAULT_TIMELINES.get(event.phase, "timeline"),
-            device=event.device,
-            phase=event.phase,
-            step=event.step,
-            start=event.start,
-            end=event.end,
-            bytes=event.bytes + event.bytes_received,
-        )
+        row = {
+            "device": event.device,
+            "phase": event.phase,
+            "step": event.step,
+            "start": event.start,
+            "end": event.end,
+            "bytes": event.bytes + event.bytes_received,
+        }
+        computed = bool(event.action) and event.phase == Phase.COMPUTE
+        action = parse_action(event.action) if computed else None
+        if action is not None:
+            # The bar's middle: where its label goes, when the bar is wide enough for one.
+            middle = (event.start + event.end) / 2
+            update.append(ACTIONS, **row, **action.columns(), middle=middle)
+        else:
+            update.append(FAULT_TIMELINES.get(event.phase, "timeline"), **row)
 
     def _step_span(self, event: PhaseEvent) -> None:
         """Widen the device's span of ``event.step`` (the straggler view's step time)."""

@@ -1,12 +1,14 @@
 """Live Bokeh charts of a run: loss, throughput, per-device utilization, traffic, a timeline
 of every device's phases (pipeline bubbles, all-reduce phases, parameter-server pushes and pulls
-show up as gaps and colours; a failure as a red line and triangle on its device's row, a
-recovery as a hatched band, a dropped push in orange), a straggler view, and each device's
-measured peak memory over the steps beside the split of its last report by category, with the
-run's predicted peak dashed where the run has one (:mod:`workbench.charts.memory_data`). The
-timeline shows the detail of the last ``DETAIL_STEPS`` steps; the ``phases`` chart above it shows
-the whole run as per-interval phase shares (:mod:`workbench.charts.phase_shares`), readable at
-any length.
+show up as gaps and colours; a pipeline stage's computes in the colours of their schedule's
+actions, forward, backward, input and weight gradient, labelled ``F3``, ``B3`` where the bar has
+room (:mod:`workbench.charts.pipeline_actions`); a failure as a red line and triangle on its
+device's row, a recovery as a hatched band, a dropped push in orange), a straggler view, and
+each device's measured peak memory over the steps beside the split of its last report by
+category, with the run's predicted peak dashed where the run has one
+(:mod:`workbench.charts.memory_data`). The timeline shows the detail of the last
+``DETAIL_STEPS`` steps; the ``phases`` chart above it shows the whole run as per-interval phase
+shares (:mod:`workbench.charts.phase_shares`), readable at any length.
 
 Every chart labels both axes, keeps its legend outside the data and has a small toolbar (pan,
 box zoom, reset) that shows while the pointer is over it (docs/jupyterlab.md, "Chart tabs").
@@ -33,19 +35,21 @@ from bokeh.models import (
     AdaptiveTicker,
     CDSView,
     ColumnDataSource,
+    CustomJS,
     CustomJSFilter,
     CustomJSTickFormatter,
     DataRange1d,
     FactorRange,
     GlyphRenderer,
     HoverTool,
+    IntersectionFilter,
     LegendItem,
     NumeralTickFormatter,
 )
 from bokeh.plotting import figure
 from bokeh.transform import dodge, factor_cmap
 
-from workbench.charts.chart_data import FAULT_TIMELINES, ChartFeed
+from workbench.charts.chart_data import ACTIONS, FAULT_TIMELINES, ChartFeed
 from workbench.charts.memory_data import (
     CATEGORIES,
     MEMORY_COLUMNS,
@@ -53,6 +57,7 @@ from workbench.charts.memory_data import (
     SPLIT_COLUMNS,
 )
 from workbench.charts.phase_shares import SHARE_COLUMNS
+from workbench.charts.pipeline_actions import ACTION_COLUMNS
 from workbench.events import EventLog, Phase
 
 MAX_REFRESH_HZ = 10
@@ -62,6 +67,7 @@ ROLLOVER = {
     "loss": 20_000,
     "throughput": 20_000,
     "timeline": 20_000,
+    ACTIONS: 20_000,
     "memory": 20_000,
     **{chart: 20_000 for chart in FAULT_TIMELINES.values()},
 }
@@ -82,6 +88,10 @@ COMPUTE, COMMUNICATION, IDLE = "#2ca02c", "#1f77b4", "#dddddd"
 # Faults in reds and orange, which no ordinary phase uses, so they stand out of the timeline.
 FAULT_COLOURS = {Phase.FAILURE: "#d62728", Phase.RECOVERY: "#fcbba1", Phase.DROPPED: "#ff7f0e"}
 TIMELINE_COLUMNS = ["device", "phase", "step", "start", "end", "bytes"]
+# A pipeline action's bar: a timeline row, what the action was, and where its label goes.
+ACTION_TIMELINE_COLUMNS = [*TIMELINE_COLUMNS, *ACTION_COLUMNS, "middle"]
+# The charts holding a timeline's detail (streamed, drawn for the last DETAIL_STEPS steps only).
+DETAIL_CHARTS = ("timeline", ACTIONS)
 WIDTH, HEIGHT = 460, 230
 # workbench.runtime.devices.device_tag in the browser ("/job:worker/task:1/device:CPU:0" ->
 # "task1-cpu0"); BokehJS ignores label overrides on categorical axes, so a formatter it is. Its
@@ -135,6 +145,17 @@ const steps = source.data.step;
 let newest = -Infinity;
 for (const step of steps) if (step > newest) newest = step;
 return Array.from(steps, step => step > newest - keep);
+"""
+# Keeps the actions whose bar, at the chart's zoom of now, is wide enough for its label (about
+# 6 pixels a character at its 10px font); re-run whenever the x range or the chart's width
+# changes.
+WIDE_ENOUGH_JS = """
+const {start, end, action} = source.data;
+// The chart's width is unset until it is first laid out (then its change runs this again).
+const width = chart.properties.inner_width.is_unset ? NaN : chart.inner_width;
+const scale = width / (x_range.end - x_range.start);
+if (!Number.isFinite(scale) || scale <= 0) return Array.from(start, () => false);
+return Array.from(start, (left, i) => (end[i] - left) * scale >= 6 * action[i].length + 4);
 """
 TOOLS = "pan,box_zoom,reset"
 
@@ -214,6 +235,7 @@ class LiveCharts:
             "traffic_notes": ["device", "note"],
             "phase_shares": list(SHARE_COLUMNS),
             "timeline": TIMELINE_COLUMNS,
+            ACTIONS: ACTION_TIMELINE_COLUMNS,
             **{chart: TIMELINE_COLUMNS for chart in FAULT_TIMELINES.values()},
             "stragglers": ["device", "min", "median", "max"],
             "memory": list(MEMORY_COLUMNS),
@@ -253,7 +275,7 @@ class LiveCharts:
         with self._lock:
             update = self.feed.update()
             for chart, rows in update.appended.items():
-                if chart == "timeline":
+                if chart in DETAIL_CHARTS:
                     rows = newest_steps(rows, DETAIL_STEPS)
                 if chart in self.sources:
                     self.sources[chart].stream(_arrays(rows), rollover=ROLLOVER.get(chart))
@@ -422,6 +444,7 @@ class LiveCharts:
             color=factor_cmap("phase", list(PHASE_COLOURS.values()), list(PHASE_COLOURS)),
             legend_field="phase",
         )
+        self._action_renderers(chart, last_steps)
         faults = self._fault_renderers(chart)
         tooltips = [
             ("phase", "@phase"),
@@ -430,6 +453,51 @@ class LiveCharts:
             ("bytes", "@bytes"),
         ]
         return _with_hover(chart, [bars, *faults], tooltips)
+
+    def _action_renderers(self, chart: figure, last_steps: CustomJSFilter) -> GlyphRenderer:
+        """A pipeline stage's computes, from the ``actions`` source: coloured by their action's
+        kind and chunk, one legend entry per kind (and chunk past the first), the action and
+        its micro-batch on hovering, and the action written on each bar wide enough for it at
+        the zoom of the moment. A run without pipeline actions leaves the source empty, and
+        its timeline and legend are what they always were."""
+        source = self.sources[ACTIONS]
+        # A white edge: a stage's actions often follow one another with no gap between them.
+        bars = _spans(
+            chart,
+            source,
+            0.8,
+            view=CDSView(filter=last_steps),
+            fill_color="colour",
+            line_color="white",
+            line_width=1,
+        )
+        wide_enough = CustomJSFilter(
+            args={"chart": chart, "x_range": chart.x_range}, code=WIDE_ENOUGH_JS
+        )
+        chart.text(
+            x="middle",
+            y="device",
+            text="action",
+            source=source,
+            view=CDSView(filter=IntersectionFilter(operands=[last_steps, wide_enough])),
+            text_align="center",
+            text_baseline="middle",
+            text_font_size="10px",
+            text_color="ink",
+        )
+        # Zooming, panning or resizing changes which bars have room for their label.
+        again = CustomJS(args={"filter": wide_enough}, code="filter.change.emit();")
+        for attribute in ("start", "end"):
+            chart.x_range.js_on_change(attribute, again)
+        chart.js_on_change("inner_width", again)
+        chart.legend[0].items.append(LegendItem(label=field("legend"), renderers=[bars]))
+        tooltips = [
+            ("action", "@action: @detail"),
+            ("step", "@step"),
+            ("seconds", "@start{0.000} to @end{0.000}"),
+        ]
+        chart.add_tools(_hover(renderers=[bars], tooltips=tooltips))
+        return bars
 
     def _fault_renderers(self, chart: figure) -> list:
         """Failures, recoveries and dropped pushes on the timeline, each from its own source

@@ -6,7 +6,10 @@ The rows are plain data (``device``, ``source``: ``predicted`` or ``measured``, 
 or the run; :mod:`workbench.notebook.step_view` turns a run's prediction and events into them,
 devices by their short names (``task0-cpu0``). Each device's name stands level, left of its
 two rows, so names never run into each other however many devices there are. Phases take the
-live timeline's colours (``live_charts.PHASE_COLOURS``).
+live timeline's colours (``live_charts.PHASE_COLOURS``); a row may carry ``action``, the
+pipeline schedule's action a compute ran (``F3``, ``I3@1``: the simulator's label, the event's
+``action``), and is then coloured, named in the legend and hovered as the live timeline's
+pipeline actions are (:mod:`workbench.charts.pipeline_actions`).
 """
 
 from __future__ import annotations
@@ -15,14 +18,22 @@ from collections.abc import Sequence
 
 from bokeh.models import ColumnDataSource, FactorRange, HoverTool
 from bokeh.plotting import figure
-from bokeh.transform import factor_cmap
 
 from workbench.charts.live_charts import PHASE_COLOURS
-from workbench.events.records import Phase
+from workbench.charts.pipeline_actions import parse_action
 
 SOURCES = ("predicted", "measured")
 ROW_PX = 28  # a bar and its gap: two rows a device leave its name room to stand level
 TOOLS = "pan,xbox_zoom,reset"
+OTHER_PHASE_COLOUR = "gray"  # a phase the live timeline has no colour for (a fault's)
+
+
+def _looks(row: dict) -> tuple[str, str, str]:
+    """A row's colour, legend entry and action (its phase's, or its pipeline action's)."""
+    action = parse_action(row.get("action", "")) if row["phase"] == "compute" else None
+    if action is None:
+        return PHASE_COLOURS.get(row["phase"], OTHER_PHASE_COLOUR), row["phase"], ""
+    return action.colour, action.legend, f"{action.action}: {action.detail}"
 
 
 def step_comparison(
@@ -35,11 +46,15 @@ def step_comparison(
     measured one."""
     devices = list(dict.fromkeys([*devices, *(row["device"] for row in rows)]))
     factors = [(device, source) for device in devices for source in SOURCES]
+    looks = [_looks(row) for row in rows]
     data = {
         "y": [(row["device"], row["source"]) for row in rows],
         "phase": [row["phase"] for row in rows],
         "start": [row["start"] * 1e3 for row in rows],
         "end": [row["end"] * 1e3 for row in rows],
+        "colour": [colour for colour, _, _ in looks],
+        "legend": [legend for _, legend, _ in looks],
+        "action": [action for _, _, action in looks],
     }
     chart = figure(
         y_range=FactorRange(*reversed(factors), group_padding=0.6),
@@ -55,17 +70,19 @@ def step_comparison(
     axis.group_label_orientation = "horizontal"  # device names level, not along the axis
     axis.major_label_text_font_size = "11px"
     axis.group_text_font_size = "12px"
-    phases = [phase for phase in PHASE_COLOURS if phase in set(data["phase"])] or [Phase.COMPUTE]
     chart.hbar(
         y="y",
         left="start",
         right="end",
         height=0.8,
         source=ColumnDataSource(data),
-        color=factor_cmap("phase", [PHASE_COLOURS[p] for p in phases], phases),
-        legend_field="phase",
+        color="colour",
+        legend_field="legend",
     )
-    chart.add_tools(HoverTool(tooltips=[("phase", "@phase"), ("ms", "@start{0.00} to @end{0.00}")]))
+    tooltips = [("phase", "@phase"), ("ms", "@start{0.00} to @end{0.00}")]
+    if any(data["action"]):  # a pipeline's step: what each compute ran
+        tooltips.insert(1, ("action", "@action"))
+    chart.add_tools(HoverTool(tooltips=tooltips))
     chart.legend.orientation = "horizontal"
     chart.add_layout(chart.legend[0], "below")
     return chart

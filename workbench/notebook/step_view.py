@@ -33,6 +33,7 @@ def predicted_rows(prediction) -> list[dict]:
             "phase": interval.phase,
             "start": interval.start,
             "end": interval.end,
+            "action": interval.label,  # a pipeline compute's schedule action (F3, I3@1)
         }
         for interval in prediction.timeline.intervals
         if interval.end > interval.start
@@ -88,6 +89,7 @@ def measured_rows(log, step: int | None = None) -> tuple[int, list[dict]]:
             "phase": event.phase,
             "start": event.start - began,
             "end": event.end - began,
+            "action": event.action,
         }
         for event in log.phases()
         if event.step == step

@@ -5,7 +5,11 @@ chrome://tracing or Perfetto) and CSV for the per-step scalars.
 Fault phases (docs/architecture/events.md, "Events") carry the category ``fault`` besides their
 phase, so a trace viewer can pick them out: a failure, which has no length, is an instant
 event on its device's thread; a recovery and a dropped push are complete events like any
-phase. The ``restarts`` and ``dropped_updates`` scalars are counters like every scalar."""
+phase. The ``restarts`` and ``dropped_updates`` scalars are counters like every scalar.
+
+A pipeline stage's compute is named by its schedule's action (``F3``, ``B3``, ``I3``, ``W3``,
+``F3@1``; ``PhaseEvent.action``), so a trace viewer writes the schedule on each stage's row; its
+category stays ``compute`` and its args carry the action too."""
 
 from __future__ import annotations
 
@@ -62,10 +66,11 @@ def _phase_event(event: PhaseEvent, pid: int) -> dict:
         "bytes_sent": event.bytes,
         "bytes_received": event.bytes_received,
         **({"path": event.path} if event.path else {}),
+        **({"action": event.action} if event.action else {}),
     }
     fault = event.phase in FAULT_PHASES
     common = {
-        "name": event.phase,
+        "name": event.action or event.phase,
         # Categories are a comma-separated list: "fault" gathers the three fault phases.
         "cat": f"fault,{event.phase}" if fault else event.phase,
         "pid": pid,
