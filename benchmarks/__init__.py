@@ -18,8 +18,9 @@ Suites (registered by name in :data:`benchmarks.command.SUITES`, each a module
   2(N-1)/N x S / B, with B the point-to-point bandwidth measured in the same run (and gloo's
   all-reduce beside it). Target: >= 70% of the bound.
 - ``overhead``: per-step framework overhead on a tiny model (step time minus compute time).
-- ``bubble``: the measured idle fraction of GPipe and 1F1B pipelines against GPipe's
-  (P-1)/(M+P-1). Target: GPipe within 5 points.
+- ``bubble``: the measured idle fraction of each pipeline schedule (GPipe, 1F1B, interleaved
+  1F1B, ZB-H1 zero-bubble) against its formula. Targets: GPipe within 5 points; interleaved and
+  zero-bubble below 1F1B and within 5 points of theirs.
 - ``faults``: recovery from a SIGKILLed worker (``mirrored``, 2 devices, checkpoints every 20
   steps: the engine's ``recovery_seconds``, wall time with and without the kill, and whether
   the result is bit-identical), ``parameter-server`` sync with a straggler and one backup worker

@@ -39,7 +39,8 @@ SUITES: dict[str, str] = {
     "point-to-point B",
     "nccl": "NCCL all-reduce of 64 MiB between GPU workers, beside the GPUs' memory bandwidth",
     "overhead": "framework overhead per step on a tiny MLP: one-device and mirrored on 2 devices",
-    "bubble": "measured pipeline bubble (GPipe, 1F1B) vs GPipe's (P-1)/(M+P-1)",
+    "bubble": "measured pipeline bubble of each schedule (GPipe, 1F1B, interleaved, zero-bubble) "
+    "vs its formula",
     "charts": "a run with live notebook charts vs the same run without: one-device and mirrored",
     "faults": "a killed worker's recovery (mirrored), backup workers and an async straggler (PS)",
     "planner": "the planner's predicted step vs the same run's measured step, every strategy, "

@@ -14,7 +14,8 @@ ran, and ``measured_step_ms``, the steady-state step (warm-up excluded). A confi
 figures are medians over ``repeats`` runs, the configurations alternating so each sees the same
 machine. Targets: within 15% for at least 80% of the configurations, within 30% for all. A
 second table times the planner itself on described clusters (the what-if table of the reference
-MLP on 1 to 512 DGX-H100 hosts).
+MLP on 1 to 512 DGX-H100 hosts), and the mesh search alone on 1,024 devices with the
+transformer preset (target: under 10 s; docs/guide/planning.md, "Searching the mesh").
 """
 
 from __future__ import annotations
@@ -23,16 +24,17 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from benchmarks import mesh_planner_suite
 from benchmarks.distributed_suites import own_run_store, spread
 from benchmarks.flags import Flag, names_from, settings_suite
 from benchmarks.report import median_span, table, verdict
 from benchmarks.suite import Progress
 from workbench.config import RunConfig
 from workbench.launch.runner import run_training
-from workbench.models import build_model
+from workbench.models import build_model, transformer
 from workbench.optim import make_optimizer
 from workbench.planner.device_costs import described_costs
-from workbench.planner.what_if import what_if
+from workbench.planner.what_if import mesh_rows, rank_rows, what_if
 from workbench.simulate import PRESETS
 
 CLOSE, FAR, SHARE_CLOSE = 0.15, 0.30, 0.80
@@ -55,6 +57,8 @@ CONFIGURATIONS: tuple[dict[str, Any], ...] = (
     {"strategy": "hybrid", "devices": 4, "stages": 2, "schedule": "1f1b"},
 )
 SCALE_HOSTS = (1, 8, 64, 512)
+# The mesh search's timing row: 1,024 described GPUs, the transformer preset on digits' shape.
+MESH_SEARCH_HOSTS, MESH_SEARCH_BATCH, MESH_SEARCH_SECONDS = 128, 8192, 10.0
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,7 @@ def run_planner_suite(settings: PlannerSettings, progress: Progress) -> dict[str
         "share_within_close": close,
         "met": close >= SHARE_CLOSE and all(row["within_far"] for row in rows),
         "scale": _time_the_planner(settings.batch_size),
+        "mesh_search": _time_the_mesh_search(),
     }
 
 
@@ -155,12 +160,35 @@ def _time_the_planner(per_device_batch: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _time_the_mesh_search() -> dict[str, Any]:
+    """Seconds the mesh search's rows take, ranked, on a described 1,024-GPU cluster."""
+    cluster = PRESETS["dgx-h100"].with_hosts(MESH_SEARCH_HOSTS)
+    config = RunConfig(model="transformer", dataset="digits", batch_size=MESH_SEARCH_BATCH)
+    model = transformer((1, 8, 8), 10)
+    started = time.perf_counter()
+    costs = described_costs(cluster)
+    ranked = rank_rows(
+        mesh_rows(config, model, make_optimizer("momentum"), costs, cluster.size, cluster.devices)
+    )
+    seconds = time.perf_counter() - started
+    best = ranked[0]
+    return {
+        "devices": cluster.size,
+        "seconds": seconds,
+        "configurations": len(ranked),
+        "fastest": f"{best.strategy} {_label(best.options)}",
+        "met": seconds < MESH_SEARCH_SECONDS,
+    }
+
+
 add_flags, run = settings_suite(
     PlannerSettings,
     run_planner_suite,
     ("steps", "repeats", "seed"),
     models=Flag(("--models", "--planner-models"), "models to predict and run", names_from(MODELS)),
 )
+# --meshes: the mesh configurations instead (benchmarks/mesh_planner_suite.py).
+add_flags, run = mesh_planner_suite.with_meshes(add_flags, run)
 
 
 def _options(row: dict[str, Any]) -> str:
@@ -169,6 +197,8 @@ def _options(row: dict[str, Any]) -> str:
 
 
 def render(result: dict[str, Any]) -> str:
+    if mesh_planner_suite.is_meshes(result):
+        return mesh_planner_suite.render(result)
     settings = result["settings"]
     rows = []
     for row in result["rows"]:
@@ -206,5 +236,15 @@ def render(result: dict[str, Any]) -> str:
             f"80%, and all within 30%): {verdict(result['met'])}",
             "",
             *table((*described, "fastest"), "lrrrl", scale),
+            "",
+            _mesh_search_line(result["mesh_search"]),
         ]
+    )
+
+
+def _mesh_search_line(row: dict[str, Any]) -> str:
+    return (
+        f"- mesh search, transformer preset, {row['devices']} described DGX-H100 GPUs: "
+        f"{row['configurations']} configurations ranked in {row['seconds']:.2f} s (target "
+        f"under {MESH_SEARCH_SECONDS:.0f} s): {verdict(row['met'])}; fastest {row['fastest']}"
     )

@@ -36,7 +36,15 @@ needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="PyTorch is not installe
 without_torch = pytest.mark.skipif(HAVE_TORCH, reason="PyTorch is installed: its rows ran")
 SPREAD_KEYS = {"median", "min", "q1", "q3", "max"}
 DDP_FLAGS = ["ddp", "--hidden", "16", "--batch-size", "16", "--train-steps", "30"]
-BUBBLE_FLAGS = ["bubble", "--bubble-hidden", "32,32", "--microbatches", "2,4", "--train-steps", "6"]
+BUBBLE_FLAGS = [
+    "bubble",
+    "--bubble-hidden",
+    "32,32,32",
+    "--microbatches",
+    "2",
+    "--train-steps",
+    "6",
+]
 ALLREDUCE_FLAGS = ["allreduce", "--allreduce-mib", "1", "--allreduce-workers", "2"]
 
 
@@ -275,19 +283,28 @@ def test_overhead_suite_reports_overhead_per_strategy(results):
 
 
 @pytest.mark.integration
-def test_bubble_suite_compares_both_schedules_with_the_formula(results):
+def test_bubble_suite_compares_each_schedule_with_its_formula(results):
     result = results["bubble"]
-    assert result["settings"]["hidden"] == [32, 32] and result["target_points"] == 5.0
-    rows = {(row["schedule"], row["microbatches"]): row for row in result["rows"]}
-    assert set(rows) == {(s, m) for s in ("gpipe", "1f1b") for m in (2, 4)}
-    for (schedule, microbatches), row in rows.items():
-        assert row["theory"] == pytest.approx(1 / (microbatches + 1))  # two stages
+    assert result["settings"]["hidden"] == [32, 32, 32] and result["target_points"] == 5.0
+    rows = {row["schedule"]: row for row in result["rows"]}
+    assert set(rows) == {"gpipe", "1f1b", "interleaved-1f1b", "zero-bubble"}
+    # Two stages, two micro-batches, two virtual stages.
+    assert rows["gpipe"]["theory"] == rows["1f1b"]["theory"] == pytest.approx(1 / 3)
+    assert rows["interleaved-1f1b"]["theory"] == pytest.approx(1 / 5)
+    assert set(rows["zero-bubble"]["action_ms"]) == {"F", "I", "W"}
+    assert set(rows["interleaved-1f1b"]["action_ms"]) == {"F", "B"}
+    for schedule, row in rows.items():
         bubble = row["bubble_fraction"]["median"]
         assert 0 < bubble < 1
         assert row["points_above_theory"] == pytest.approx(100 * (bubble - row["theory"]))
-        assert row["met"] is (None if schedule == "1f1b" else abs(row["points_above_theory"]) <= 5)
+        near = abs(row["points_above_theory"]) <= 5
+        below = bubble < rows["1f1b"]["bubble_fraction"]["median"]
+        expected = {"gpipe": near, "1f1b": None}.get(schedule, near and below)
+        assert row["met"] is expected
+        assert 0 <= row["played"] < 1 and len(row["stage_action_ms"]) == 2
         _positive_spread(row["samples_per_second"])
-    assert "| gpipe | 4 |" in bubble_suite.render(result)
+    assert "| gpipe | 2 |" in bubble_suite.render(result)
+    assert "| interleaved-1f1b V=2 | 2 |" in bubble_suite.render(result)
 
 
 @pytest.mark.integration

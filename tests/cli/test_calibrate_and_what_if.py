@@ -46,4 +46,5 @@ def test_calibrate_then_what_if_on_the_local_cluster(capsys, store_root):
         "parameter-server",
         "model-parallel",
         "pipeline",
+        "mesh",
     }

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workbench.ir import ops
+from workbench.ir.ops.communication import all_reduce, tensor_input
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,21 @@ CASES = [
         ((2, 2, 3),),
         lambda b, g: ops.embedding_grad(_fixed(b, "ids", np.array([[0, 5], [2, 0]])), g, 6),
     ),
+    OpCase(
+        "embedding",
+        ((2, 3),),
+        lambda b, table: ops.embedding(_fixed(b, "ids", np.array([[0, 5], [2, 3]])), table, 2),
+        id="embedding-vocabulary-shard",
+    ),
+    OpCase(
+        "embedding_grad",
+        ((2, 2, 3),),
+        lambda b, g: ops.embedding_grad(_fixed(b, "ids", np.array([[0, 5], [2, 3]])), g, 2, 2),
+        id="embedding_grad-vocabulary-shard",
+    ),
+    # A group of one device: the collectives' gradient rules, without a second device.
+    OpCase("all_reduce", ((2, 3),), lambda b, x: all_reduce(x, key="k", group=("d",))),
+    OpCase("tensor_input", ((2, 3),), lambda b, x: tensor_input(x, key="k", group=("d",))),
     OpCase(
         "dropout",
         ((4, 6),),

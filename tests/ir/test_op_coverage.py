@@ -60,6 +60,7 @@ def test_each_nodes_shape_rule_and_fold_rule_agree_with_what_it_computes(case):
         got = [(tuple(np.shape(r)), str(np.asarray(r).dtype)) for r in results]
         assert got == declared, f"{node.name} ({node.op}): computed {got}, declared {declared}"
         if node.op in ("placeholder", "constant", "variable") or OPS[node.op].effectful:
+            checked.add(node.op)  # its shape rule is checked; an effect is never folded
             continue
         arrays = [np.asarray(computed[v.node][v.index]) for v in node.inputs]
         folded = fold_with_numpy(node.op, arrays, dict(node.attrs))
@@ -95,5 +96,4 @@ def test_non_differentiable_ops_are_the_expected_ones():
         "apply_adam",
         "send",
         "recv",
-        "all_reduce",
     }

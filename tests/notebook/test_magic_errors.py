@@ -85,7 +85,9 @@ MALFORMED = [
     ("--microbatches 0", None, ["--microbatches"]),
     ("--strategy pipeline --devices 2 --microbatches 0", None, ["--microbatches"]),
     ("--strategy hybrid --devices 4 --stages 0", None, ["--stages"]),
+    ("--strategy tensor-parallel --devices 2 --tp 0", None, ["--tp"]),
     ("--schedule zigzag", None, ["--schedule", "gpipe", "1f1b"]),
+    ("--strategy pipeline --devices 2 --virtual-stages 0", None, ["--virtual-stages"]),
     (
         "--strategy model-parallel --placement random",
         None,
@@ -114,6 +116,7 @@ MALFORMED = [
         ["--compression", "(0, 1]", "powersgd:RANK"],
     ),
     ("--compression fp16", None, ["--compression", "mirrored"]),
+    ("--strategy mesh --devices 4 --mesh dp=2,tq=2", None, ["--mesh", "dp, tp, pp"]),
     (
         "--strategy mirrored --devices 2 --simulate-overflow 3",
         None,
@@ -165,6 +168,7 @@ MALFORMED = [
     ("compare --devices 2", None, ["compare", "name the strategies first"]),
     ("plan --what-if-cluster dgx-h900", None, ["plan", "--what-if-cluster", "dgx-h900"]),
     ("plan --memory-per-device lots", None, ["plan", "--memory-per-device", "'lots'", "GiB"]),
+    ("plan --what-if-top 0", None, ["plan", "--what-if-top", "'0'", "whole number >= 1"]),
     ("plan --strategy one-device", None, ["plan", "--strategy", "model-parallel"]),
     ("list", "x = 1", ["list", "takes no cell"]),
     ("--steps 3", "", ["cell body is empty"]),  # IPython's own check

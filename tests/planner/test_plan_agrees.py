@@ -142,7 +142,9 @@ def test_each_losers_differences_add_up_to_its_gap():
         assert float(total) == pytest.approx(gap, abs=0.011)
         assert sum(float(part) for part in parts) == pytest.approx(float(total), abs=1e-9)
         # Every part of the step is accounted for: the parts add up to the step.
-        step_parts = sum(row[f"{part}_ms"] for part in ("compute", "communication", "bubble"))
+        # (Mesh rows also split out their tensor and data groups' all-reduces.)
+        parts_ms = ("compute", "communication", "bubble", "tensor_allreduce", "data_allreduce")
+        step_parts = sum(row.get(f"{part}_ms", 0.0) for part in parts_ms)
         assert step_parts + row["overhead_ms"] == pytest.approx(row["predicted_step_ms"], abs=1e-3)
 
 

@@ -39,7 +39,15 @@ def test_every_strategy_is_ranked_fastest_first_with_a_reason_for_each_loser():
     assert predicted[0].reason == "fastest"
     assert all(
         row.reason.startswith("+")
-        and set(row.behind_ms) <= {"compute", "communication", "bubble", "overhead"}
+        and set(row.behind_ms)
+        <= {
+            "compute",
+            "communication",
+            "tensor all-reduce",
+            "data all-reduce",
+            "bubble",
+            "overhead",
+        }
         for row in predicted[1:]
     )
     strategies = {row.strategy for row in predicted}
@@ -51,6 +59,7 @@ def test_every_strategy_is_ranked_fastest_first_with_a_reason_for_each_loser():
         "parameter-server",
         "model-parallel",
         "pipeline",
+        "mesh",
     }
 
 

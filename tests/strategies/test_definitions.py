@@ -26,6 +26,8 @@ EXPECTED = (
     "pipeline",
     "hybrid",
     "model-parallel",
+    "tensor-parallel",
+    "mesh",
 )
 
 

@@ -30,6 +30,7 @@ SHAPES = {
     "pipeline": {"devices": 2},
     "hybrid": {"devices": 4},
     "model-parallel": {"devices": 2},
+    "mesh": {"devices": 4},
 }
 
 

@@ -22,8 +22,9 @@ USAGE = """usage: dtrain <command> [flags]      dtrain --version
 commands:
   run     train a model with a parallel strategy (dtrain run --help)
   plan    show how the master places and partitions the run's client graph (same flags);
-          --what-if: predict every strategy for this model, batch and cluster, ranked, with
-          its peak memory per device (--memory-per-device SIZE marks what does not fit)
+          --what-if: predict every strategy and device mesh for this model, batch and
+          cluster, ranked, with its peak memory per device (--memory-per-device SIZE marks
+          what does not fit; --what-if-top K shows the best K)
   calibrate  time the devices, links and dispatch of the run's cluster (cached)
   bench   from a source checkout: the benchmark suites (python -m benchmarks --help)
   export  write a stored run's events for other tools: --tensorboard DIR RUN_ID
@@ -114,33 +115,53 @@ def plan_command(argv: Sequence[str]) -> int:
 
 def _what_if(config: RunConfig, request: PlanRequest) -> int:
     from workbench.launch.errors import USER_ERRORS
-    from workbench.launch.runner import stderr_progress
     from workbench.launch.what_if import plan_what_if
-    from workbench.planner.what_if import format_table, memory_summary
+    from workbench.planner.what_if import (
+        format_table,
+        left_out_summary,
+        memory_summary,
+        top_rows,
+    )
     from workbench.runtime.cluster import ClusterError
     from workbench.safe_io import strict_dumps
 
     try:
         plan = plan_what_if(
-            config, request.what_if_cluster, stderr_progress, request.memory_per_device
+            config,
+            request.what_if_cluster,
+            _stderr_progress,  # the run's own (launch.runner) would load the training stack
+            request.memory_per_device,
+            request.what_if_top,
         )
     except (*USER_ERRORS, ClusterError) as error:
         print(f"dtrain plan: error: {error}", file=sys.stderr)
         return 2
+    shown = top_rows(plan.rows, plan.top)
     if config.json:
-        configurations = [row.to_dict() for row in plan.rows]
+        configurations = [row.to_dict() for row in shown]
         document = {
             "source": plan.source,
             "memory_per_device": plan.memory_capacity,
             "fitting": sum(row.fits for row in plan.rows if row.prediction is not None),
+            "ranked": sum(row.rank is not None for row in plan.rows),
+            "top": plan.top,
             "configurations": configurations,
+            "meshes_left_out": [
+                {"mesh": str(pruned.mesh), "kind": pruned.kind, "reason": pruned.reason}
+                for pruned in plan.pruned
+            ],
         }
         print(strict_dumps(document, indent=2))
         return 0
     print(f"what if: {config.model}, batch {config.batch_size}, {plan.source}")
-    print(format_table(plan.rows))
+    print(format_table(shown))
+    print(left_out_summary(plan.rows, shown, plan.pruned))
     print(memory_summary(plan.rows, plan.memory_capacity))
     return 0
+
+
+def _stderr_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def calibrate_command(argv: Sequence[str]) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from workbench.data.cifar10 import load_cifar10
 from workbench.data.dataset import Dataset, DatasetError
-from workbench.data.digits import load_digits
+from workbench.data.digits import DIGITS_CLASSES, DIGITS_INPUT_SHAPE, load_digits
 from workbench.data.idx import load_idx_dataset
 from workbench.data.npz import load_npz
 from workbench.data.synthetic import DEFAULT_SYNTHETIC, make_synthetic, parse_synthetic_spec
@@ -131,6 +131,23 @@ def load_dataset(spec: str, seed: int = 0) -> Dataset:
             f"dataset {spec!r} does not fit in memory ({format_bytes(available_memory())} "
             "available now); use a smaller data set or free memory"
         ) from None
+
+
+def dataset_signature(spec: str, seed: int = 0) -> tuple[tuple[int, ...], int]:
+    """``(input_shape, num_classes)`` of the data set ``spec``: what a model is built for, without
+    loading the bundled digits (the planner needs no more).
+
+    Examples
+    --------
+    >>> dataset_signature("digits")
+    ((1, 8, 8), 10)
+    >>> dataset_signature("synthetic:16:4:120")
+    ((16,), 4)
+    """
+    if parse_dataset_spec(spec)[0] == "digits":
+        return DIGITS_INPUT_SHAPE, DIGITS_CLASSES
+    dataset = load_dataset(spec, seed)
+    return tuple(dataset.input_shape), dataset.num_classes
 
 
 def _load(kind: str, argument: str, spec: str, seed: int) -> Dataset:

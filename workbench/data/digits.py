@@ -8,6 +8,10 @@ from workbench.data.dataset import Dataset
 
 _TEST_FRACTION = 0.2
 _MAX_PIXEL = 16.0  # load_digits pixels are counts in 0..16
+# What every load gives, known without loading (scikit-learn's import alone takes a second):
+# the planner sizes a model from them.
+DIGITS_INPUT_SHAPE = (1, 8, 8)
+DIGITS_CLASSES = 10
 
 
 def load_digits() -> Dataset:

@@ -33,7 +33,7 @@ from workbench.calibration.probe import (
 from workbench.calibration.run_start import cached_local_calibration
 from workbench.config import ConfigError, RunConfig
 from workbench.costs import Calibration, collective_key
-from workbench.data import load_dataset
+from workbench.data.catalog import dataset_signature
 from workbench.ir import Graph
 from workbench.launch.machine_limits import build_checked_model, check_local_devices
 from workbench.models import Sequential
@@ -80,8 +80,8 @@ def what_if_batch_sizes(batch_size: int, devices: int) -> list[int]:
 
 def model_for(config: RunConfig) -> Sequential:
     """The model ``config`` names, shaped for its data set."""
-    dataset = load_dataset(config.dataset, seed=config.seed)
-    return build_checked_model(config, dataset.input_shape, dataset.num_classes, 1)
+    input_shape, num_classes = dataset_signature(config.dataset, seed=config.seed)
+    return build_checked_model(config, input_shape, num_classes, 1)
 
 
 def calibrate_cluster(

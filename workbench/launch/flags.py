@@ -267,6 +267,7 @@ class PlanRequest:
     what_if: bool = False
     what_if_cluster: str | None = None
     memory_per_device: int | None = None  # bytes: rows needing more are marked
+    what_if_top: int | None = None  # show the best K ranked rows (None: every row)
 
 
 def parse_plan_flags(argv: Sequence[str]) -> tuple[RunConfig, PlanRequest]:
@@ -280,6 +281,8 @@ def parse_plan_flags(argv: Sequence[str]) -> tuple[RunConfig, PlanRequest]:
     (2, True, 'dgx-h100')
     >>> parse_plan_flags(["--memory-per-device", "1.5GB"])[1].memory_per_device
     1500000000
+    >>> parse_plan_flags(["--what-if-top", "5"])[1].what_if_top
+    5
     """
     parser = build_parser("dtrain plan")
     plan = parser.add_argument_group("plan options")
@@ -304,13 +307,33 @@ def parse_plan_flags(argv: Sequence[str]) -> tuple[RunConfig, PlanRequest]:
         "whose predicted peak needs more are marked and ranked last (default: a described "
         "cluster's device memory, none on the local cluster)",
     )
+    plan.add_argument(
+        "--what-if-top",
+        metavar="K",
+        type=_top_count,
+        help="with --what-if: show only the K best ranked configurations (implies --what-if)",
+    )
     values = vars(parser.parse_args(list(argv)))
     cluster = values.pop("what_if_cluster")
     memory = values.pop("memory_per_device")
-    what_if = values.pop("what_if") or cluster is not None or memory is not None
+    top = values.pop("what_if_top")
+    what_if = values.pop("what_if") or any(v is not None for v in (cluster, memory, top))
     # A what-if plan tries every strategy: only the run options must hold.
     config = _config(values, strategy_rules=not what_if)
-    return config, PlanRequest(what_if, cluster, memory)
+    return config, PlanRequest(what_if, cluster, memory, top)
+
+
+def _top_count(text: str) -> int:
+    """argparse's converter for ``--what-if-top`` (its error names the flag)."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: how many ranked configurations to show, a whole number >= 1"
+        )
+    return count
 
 
 def _memory_size(text: str) -> int:

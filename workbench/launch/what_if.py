@@ -11,7 +11,7 @@ cached reports the row's step as its prediction.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from workbench.config import ConfigError, RunConfig
 from workbench.costs import Calibration
@@ -24,6 +24,7 @@ from workbench.launch.calibrate import (
 from workbench.models import Sequential
 from workbench.optim import make_optimizer
 from workbench.planner.device_costs import DeviceCosts, described_costs, measured_costs
+from workbench.planner.mesh_search import PrunedMesh, mesh_space
 from workbench.planner.what_if import (
     WhatIfRow,
     rank_rows,
@@ -44,6 +45,9 @@ class WhatIfPlan:
     devices: int
     # Each device's memory the rows were judged against (None: not given, nothing marked).
     memory_capacity: int | None = None
+    # The meshes the search left out, each with its reason.
+    pruned: tuple[PrunedMesh, ...] = ()
+    top: int | None = None  # --what-if-top: how many ranked rows the views show
 
 
 def plan_what_if(
@@ -51,12 +55,16 @@ def plan_what_if(
     cluster_text: str | None,
     progress: Progress,
     memory_per_device: int | None = None,
+    top: int | None = None,
 ) -> WhatIfPlan:
     """The ranked table for ``config``'s model and batch: on the described cluster
     ``cluster_text`` (``--what-if-cluster``) or on the live one, calibrated. Rows whose
     largest device's predicted peak exceeds ``memory_per_device`` bytes
     (``--memory-per-device``; a described cluster's devices' own memory when not given) are
-    marked as not fitting."""
+    marked as not fitting. ``top`` (``--what-if-top``): how many ranked rows the views show
+    (the plan keeps them all)."""
+    if top is not None and top < 1:
+        raise ConfigError("--what-if-top", f"{top}: show at least 1 configuration")
     model = model_for(config)
     check_recompute(config, model)
     optimizer = make_optimizer(config.optimizer)
@@ -65,7 +73,9 @@ def plan_what_if(
             cluster = parse_cluster(cluster_text)
         except ValueError as error:
             raise ConfigError("--what-if-cluster", str(error)) from None
-        return _described(config, model, optimizer, cluster, memory_per_device)
+        plan = _described(config, model, optimizer, cluster, memory_per_device)
+        space = mesh_space(model, config.batch_size, cluster.size, cluster.devices_per_host)
+        return replace(plan, pruned=space.pruned, top=top)
     store = RunStore()
     calibrated = calibrate_cluster(config, model, progress, store)
     if calibrated.measured:
@@ -87,7 +97,15 @@ def plan_what_if(
     # The one-device row as it trains: in this process, timed here.
     rows = [row for row in rows if row.strategy != "one-device"] + one
     source = f"calibrated on {config.devices} local devices ({costs.source})"
-    return WhatIfPlan(rank_rows(rows, memory_per_device), source, config.devices, memory_per_device)
+    pruned = mesh_space(model, config.batch_size, config.devices, None).pruned
+    return WhatIfPlan(
+        rank_rows(rows, memory_per_device),
+        source,
+        config.devices,
+        memory_per_device,
+        pruned if config.devices > 1 else (),
+        top,
+    )
 
 
 def _run_costs(

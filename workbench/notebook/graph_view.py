@@ -4,12 +4,16 @@ as a red dashed edge between the lanes, labelled by its rendezvous key on hover.
 model's prediction (a model-parallel plan has one), each lane's label gives the device's
 predicted busy milliseconds, each Send/Recv pair's tooltip its bytes and predicted
 milliseconds, and the title the predicted step. A pipeline's split is drawn the same way, one
-lane per stage (:func:`pipeline_view`).
+lane per stage (:func:`pipeline_view`). The ``all_reduce`` nodes of a tensor-parallel (or in-graph
+replicated) graph are diamonds, and the nodes of one collective (one key, a node per device)
+are joined by a purple dotted edge (docs/guide/distributed-training.md, "Tensor parallelism").
 
 ``plan_view(config)`` builds the same plan ``dtrain plan`` prints, without starting anything.
 """
 
 from __future__ import annotations
+
+from itertools import pairwise
 
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.palettes import Category10
@@ -28,6 +32,7 @@ from workbench.strategies import validate_config
 from workbench.strategies.options import PipelineOptions
 
 MARKERS = {"send": "triangle", "recv": "inverted_triangle"}
+COLLECTIVE_MARKER = "diamond"  # an all_reduce node
 
 
 def partition_figure(
@@ -45,6 +50,7 @@ def partition_figure(
         "device": [],
         "colour": [],
         "marker": [],
+        "size": [],
     }
     inside: dict[str, list] = {"x0": [], "y0": [], "x1": [], "y1": []}
     for lane, (device, graph) in enumerate(partitioned.partitions.items()):
@@ -56,7 +62,9 @@ def partition_figure(
             nodes["op"].append(node.op)
             nodes["device"].append(device)
             nodes["colour"].append(colours[device])
-            nodes["marker"].append(MARKERS.get(node.op, "circle"))
+            default = COLLECTIVE_MARKER if node.op == "all_reduce" else "circle"
+            nodes["marker"].append(MARKERS.get(node.op, default))
+            nodes["size"].append(14 if node.op == "all_reduce" else 9)
         for node in graph.nodes:
             for value in node.inputs:
                 if value.node in position and position[value.node][1] == lane:
@@ -83,7 +91,11 @@ def partition_figure(
             for column, cell in zip(across, row):
                 across[column].append(cell)
 
+    collectives = _collective_edges(partitioned, position)
     title = f"partitioned graph: {len(devices)} devices, {len(sends)} Send/Recv pairs"
+    if collectives["key"]:
+        count = len(set(collectives["key"]))
+        title += f", {count} all-reduce{'' if count == 1 else 's'}"
     recomputed = sum(
         node.name.endswith(f"/{RECOMPUTED}")
         for graph in partitioned.partitions.values()
@@ -101,8 +113,20 @@ def partition_figure(
     )
     chart.segment("x0", "y0", "x1", "y1", source=ColumnDataSource(inside), color="#bbbbbb")
     pairs = _send_recv_edges(chart, across)
+    reduces = chart.segment(
+        "x0",
+        "y0",
+        "x1",
+        "y1",
+        source=ColumnDataSource(collectives),
+        color="purple",
+        line_dash="dotted",
+        line_width=2,
+        # Only a graph with collectives names them in the legend.
+        **({"legend_label": "all-reduce"} if collectives["key"] else {}),
+    )
     dots = chart.scatter(
-        "x", "y", source=ColumnDataSource(nodes), color="colour", marker="marker", size=9
+        "x", "y", source=ColumnDataSource(nodes), color="colour", marker="marker", size="size"
     )
     chart.add_tools(HoverTool(renderers=[dots], tooltips=[("node", "@name"), ("op", "@op")]))
     chart.add_tools(
@@ -111,7 +135,29 @@ def partition_figure(
             tooltips=[("key", "@key"), ("bytes", "@bytes"), ("predicted ms", "@ms")],
         )
     )
+    chart.add_tools(
+        HoverTool(renderers=[reduces], tooltips=[("all-reduce", "@key"), ("bytes", "@bytes")])
+    )
     return chart
+
+
+def _collective_edges(
+    partitioned: Partitioned, position: dict[str, tuple[int, int]]
+) -> dict[str, list]:
+    """One edge between the all_reduce nodes of one key on neighbouring lanes: the devices
+    that sum that tensor together."""
+    members: dict[str, list[tuple[int, int, int]]] = {}
+    for graph in partitioned.partitions.values():
+        for node in graph.nodes_with_op("all_reduce"):
+            x, y = position[node.name]
+            members.setdefault(node.attrs["key"], []).append((x, y, node.types[0].nbytes))
+    edges: dict[str, list] = {c: [] for c in ("x0", "y0", "x1", "y1", "key", "bytes")}
+    for key, ends in members.items():
+        ends.sort(key=lambda end: end[1])
+        for (x0, y0, nbytes), (x1, y1, _) in pairwise(ends):
+            for column, cell in zip(edges, (x0, y0, x1, y1, key, f"{nbytes:,}")):
+                edges[column].append(cell)
+    return edges
 
 
 def plan_view(config: RunConfig, model=None) -> figure:

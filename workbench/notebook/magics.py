@@ -44,7 +44,8 @@ subcommands:
                         --compression may list values too (--compression none,fp16,topk:0.01):
                         one run per strategy and value
   %dtrain plan [flags]  the run's placed and partitioned graph, drawn
-  %dtrain plan --what-if [--what-if-cluster SPEC] [--memory-per-device SIZE] [flags]
+  %dtrain plan --what-if [--what-if-cluster SPEC] [--memory-per-device SIZE]
+                [--what-if-top K] [flags]
                         every strategy predicted for this model, batch and cluster, ranked,
                         with each one's peak memory per device (marked where it does not fit)
 
@@ -191,7 +192,11 @@ class WorkbenchMagics(Magics):
             config, request = parse_plan_flags(arguments)
             if request.what_if:
                 plan = plan_what_if(
-                    config, request.what_if_cluster, print, request.memory_per_device
+                    config,
+                    request.what_if_cluster,
+                    print,
+                    request.memory_per_device,
+                    request.what_if_top,
                 )
                 return WhatIfTable(plan)
             return plan_view(config)

@@ -5,7 +5,7 @@ Ranks are laid out tensor-innermost, then pipeline, then data (Megatron's order:
 that talk most, a tensor-parallel group, are neighbours, which on a real machine means the
 same host): ``rank = (replica * pp + stage) * tp + tensor``. With ``tp = 1`` this is the
 ``hybrid`` strategy's layout (``rank = replica * stages + stage``).
-(docs/guide/distributed-training.md, "Tensor parallelism and the device mesh")
+(docs/guide/distributed-training.md, "The device mesh")
 """
 
 from __future__ import annotations

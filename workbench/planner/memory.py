@@ -11,6 +11,7 @@ each strategy's terms.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +33,12 @@ from workbench.parallel.data_parallel.shards import ShardLayout
 from workbench.parallel.model_parallel.graph import build_model_parallel_graph
 from workbench.parallel.parameter_server.client_graph import build_parameter_server_graph
 from workbench.parallel.parameter_server.partitioner import place_variables
-from workbench.parallel.pipeline.schedules import FORWARD, make_schedule
+from workbench.parallel.pipeline.schedules import (
+    FORWARD,
+    INPUT_GRAD,
+    WEIGHT_GRAD,
+    make_schedule,
+)
 from workbench.parallel.pipeline.stages import (
     ACTIVATION,
     INPUT_GRADIENT,
@@ -114,7 +120,13 @@ def predict_memory(
     if name == "pipeline":
         options = config.options_of(PipelineOptions)
         return _pipeline(
-            sizes, devices, config.batch_size, options.microbatches, options.schedule, 1
+            sizes,
+            devices,
+            config.batch_size,
+            options.microbatches,
+            options.schedule,
+            1,
+            virtual_stages=options.virtual_stages,
         )
     if name == "hybrid":
         hybrid = config.options_of(HybridOptions)
@@ -127,9 +139,12 @@ def predict_memory(
             hybrid.schedule,
             replicas,
             hybrid.stages,
+            hybrid.virtual_stages,
         )
     if name == "model-parallel":
         return _model_parallel(sizes, config, devices, costs)
+    if name == "mesh":
+        return _mesh(config, model, optimizer, devices, costs)
     # A strategy without terms of its own: a whole replica on each device.
     return {device: _one_device(sizes, config.batch_size // len(devices)) for device in devices}
 
@@ -217,7 +232,7 @@ class _Sizes:
 
 
 def _size(shape: Sequence[int]) -> int:
-    return int(np.prod(shape, dtype=np.int64))
+    return int(math.prod(shape))
 
 
 def _slot_bytes(
@@ -333,8 +348,9 @@ def _data_parallel(
     broadcast = {"gradients": gradients, "communication": 2 * gradients}
     # Rank 0's update is fed the reduced sums, buffers of their own.
     updating = sizes.update(held=False, gradients=gradients, communication=gradients)
+    others = device_memory(resident, [*computing, broadcast])  # every replica but rank 0
     return {
-        device: device_memory(resident, [*computing, broadcast, *(updating if not rank else [])])
+        device: device_memory(resident, [*computing, broadcast, *updating]) if not rank else others
         for rank, device in enumerate(devices)
     }
 
@@ -392,6 +408,7 @@ def _sharded(sizes: _Sizes, config: RunConfig, devices: Sequence[str]) -> dict[s
     per_element, per_bucket = _slot_layout(sizes)
     result = {}
     updates: dict[tuple, list[dict[str, int]]] = {}
+    peaks: dict[tuple, DeviceMemory] = {}
     for rank, device in enumerate(devices):
         chunk = sum(hi - lo for lo, hi in bounds(rank))
         resident = {
@@ -412,7 +429,11 @@ def _sharded(sizes: _Sizes, config: RunConfig, devices: Sequence[str]) -> dict[s
         key = (shard, tuple(reduced.items()))
         if key not in updates:
             updates[key] = _shard_update(sizes, shard, reduced)
-        result[device] = device_memory(resident, [*moments, reduced, *updates[key]])
+        # Ranks whose shards and buffers are alike peak alike: each computed once.
+        peak_key = (key, tuple(resident.items()))
+        if peak_key not in peaks:
+            peaks[peak_key] = device_memory(resident, [*moments, reduced, *updates[key]])
+        result[device] = peaks[peak_key]
     return result
 
 
@@ -479,7 +500,7 @@ def _parameter_server(
         _plus(held_now, gradients=buffer, communication=pulled) for held_now in _moments(walk)
     ]
     worker_moments.append(_plus({}, gradients=sizes.gradients(), communication=pulled))
-    result = {worker: device_memory({}, worker_moments) for worker in workers}
+    result = dict.fromkeys(workers, device_memory({}, worker_moments))
     for index, (shard, nbytes, state) in enumerate(zip(shards, held, slots)):
         names = sorted({piece.variable for piece in pieces if piece.shard == index})
         taking = sizes.update(names, communication=nbytes)
@@ -492,19 +513,67 @@ def _parameter_server(
 
 def in_flight(actions: Sequence[Any]) -> list[int]:
     """Micro-batches a stage holds after each of its schedule's actions (a forward stashes
-    one, a backward frees one).
+    one, a backward frees one; of a split backward, the weight-gradient half, which still
+    reads the stage input).
 
     Examples
     --------
     >>> from workbench.parallel.pipeline.schedules import make_schedule
     >>> [max(in_flight(make_schedule(name, 2, 8)[0])) for name in ("gpipe", "1f1b")]
     [8, 2]
+    >>> max(in_flight(make_schedule("zero-bubble", 2, 8)[1]))
+    2
     """
     held, counts = 0, []
     for action in actions:
-        held += 1 if action.kind == FORWARD else -1
+        if action.kind == FORWARD:
+            held += 1
+        elif action.kind != INPUT_GRAD:
+            held -= 1
         counts.append(held)
     return counts
+
+
+@dataclass(frozen=True)
+class _ChunkBytes:
+    """What one model chunk's graphs hold (see :func:`_pipeline`)."""
+
+    names: tuple[str, ...]
+    kept: int  # a micro-batch in flight: its input and its stash
+    input_bytes: int
+    sent_forward: int
+    received: int
+    sent_backward: int
+    forward: list[dict[str, int]]
+    backward: list[dict[str, int]]
+
+
+def _chunk_bytes(sizes: _Sizes, layers: range, micro: int, first: bool, last: bool) -> _ChunkBytes:
+    graphs = build_stage_graphs(
+        sizes.model, layers, micro, sizes.dtype, first, last, recompute=sizes.config.recompute
+    )
+    forward_walk = live_bytes(graphs.forward, external=(STAGE_INPUT,))
+    # What a micro-batch in flight keeps: its input, and its stash (by buffer, once).
+    stash = dict(
+        buffer
+        for key in graphs.stash
+        if (buffer := forward_walk.fetched_buffers.get(key)) is not None
+    )
+    input_bytes = _placeholder_bytes(graphs.forward, STAGE_INPUT)
+    # The chunk holds the stash, its input and the received gradient: counted here once.
+    outside = (STAGE_INPUT, OUTPUT_GRADIENT, *graphs.stash)
+    return _ChunkBytes(
+        names=graphs.parameter_names,
+        kept=input_bytes + sum(stash.values()),
+        input_bytes=input_bytes,
+        sent_forward=(
+            0 if last else graphs.forward.type_of(graphs.forward.outputs[ACTIVATION]).nbytes
+        ),
+        received=0 if last else _placeholder_bytes(graphs.backward, OUTPUT_GRADIENT),
+        sent_backward=0 if first else _input_gradient(graphs.backward),
+        forward=_moments(forward_walk),
+        backward=_moments(live_bytes(graphs.backward, external=outside)),
+    )
 
 
 def _pipeline(
@@ -515,80 +584,76 @@ def _pipeline(
     schedule: str,
     replicas: int,
     stages: int | None = None,
+    virtual_stages: int = 1,
 ) -> dict[str, DeviceMemory]:
-    """Stage s keeps its layers' variables and slots and, once its first backward has run,
-    the summed gradients of its micro-batches; for each micro-batch in flight (its
-    schedule's forwards not yet matched by backwards: GPipe all M, 1F1B at most P - s) the
-    stage input and the forward values its backward reads (all of them under ``--recompute
-    none``, the layers' inputs under ``full``); every activation and input gradient it has
-    sent, until the step's end delivers them (communication, with the output gradient a
-    backward receives); on top, the forward or backward graph running at that moment. At the
-    end the update reads the averaged gradients; a hybrid mesh's stage first packs its sums
-    into buckets for its stage group's all-reduce."""
+    """Stage s keeps its layers' variables and slots (those of each of its model chunks, with
+    interleaving) and, once a chunk's first backward has run, the summed gradients of its
+    micro-batches; for each micro-batch in flight on each chunk (its schedule's forwards not
+    yet matched by backwards, or by the weight-gradient half of a split backward: GPipe all
+    M, 1F1B at most P - s, zero-bubble at most P) the chunk input and the forward values its
+    backward reads (all of them under ``--recompute none``, the layers' inputs under
+    ``full``); every activation and input gradient it has sent, until the step's end delivers
+    them (communication, with the output gradient a backward receives); on top, the forward
+    or backward graph running at that moment (an input-gradient half counted as a whole
+    backward: an upper bound). At the end the update reads the averaged gradients; a hybrid
+    mesh's stage first packs its sums into buckets for its stage group's all-reduce."""
     stages = len(devices) if stages is None else stages
+    chunks = virtual_stages if schedule == "interleaved-1f1b" else 1
     micro = replica_batch // microbatches
-    order = make_schedule(schedule, stages, microbatches)
+    order = make_schedule(schedule, stages, microbatches, chunks)
+    groups = split_layers(sizes.model, stages * chunks)
     result = {}
-    for stage, layers in enumerate(split_layers(sizes.model, stages)):
-        first, last = stage == 0, stage == stages - 1
-        graphs = build_stage_graphs(
-            sizes.model,
-            layers,
-            micro,
-            sizes.dtype,
-            first,
-            last,
-            recompute=sizes.config.recompute,
-        )
-        names = graphs.parameter_names
-        forward_walk = live_bytes(graphs.forward, external=(STAGE_INPUT,))
-        # What a micro-batch in flight keeps: its input, and its stash (by buffer, once).
-        stash = dict(
-            buffer
-            for key in graphs.stash
-            if (buffer := forward_walk.fetched_buffers.get(key)) is not None
-        )
-        kept = _placeholder_bytes(graphs.forward, STAGE_INPUT) + sum(stash.values())
-        sent_forward = (
-            0 if last else graphs.forward.type_of(graphs.forward.outputs[ACTIVATION]).nbytes
-        )
-        received = 0 if last else _placeholder_bytes(graphs.backward, OUTPUT_GRADIENT)
-        sent_backward = 0 if first else _input_gradient(graphs.backward)
-        # The stage holds the stash, its input and the received gradient: counted here once.
-        forward = _moments(forward_walk)
-        outside = (STAGE_INPUT, OUTPUT_GRADIENT, *graphs.stash)
-        backward = _moments(live_bytes(graphs.backward, external=outside))
-        input_bytes = _placeholder_bytes(graphs.forward, STAGE_INPUT)
+    for stage in range(stages):
+        parts = [
+            _chunk_bytes(sizes, groups[k], micro, k == 0, k == len(groups) - 1)
+            for k in range(stage, len(groups), stages)
+        ]
+        names = tuple(name for part in parts for name in part.names)
         totals = sizes.gradients(names)
         moments: list[dict[str, int]] = []
-        summed = sent = 0
-        for action, held in zip(order[stage], in_flight(order[stage])):
+        held = [0] * len(parts)
+        summed = [0] * len(parts)
+        sent = 0
+        for action in order[stage]:
+            part = parts[action.chunk]
+            keeping = sum(count * p.kept for count, p in zip(held, parts))
             if action.kind == FORWARD:
                 # This micro-batch's input is held; its stash is still the run's own values.
-                keeping = (held - 1) * kept + input_bytes
                 moments += [
-                    _plus(moment, activations=keeping, gradients=summed, communication=sent)
-                    for moment in forward
+                    _plus(
+                        moment,
+                        activations=keeping + part.input_bytes,
+                        gradients=sum(summed),
+                        communication=sent,
+                    )
+                    for moment in part.forward
                 ]
-                sent += sent_forward
+                held[action.chunk] += 1
+                sent += part.sent_forward
                 continue
             # The backward of a micro-batch still holds what it kept while it runs.
             moments += [
                 _plus(
                     moment,
-                    activations=(held + 1) * kept,
-                    gradients=summed,
-                    communication=sent + received,
+                    activations=keeping,
+                    gradients=sum(summed),
+                    communication=sent + part.received,
                 )
-                for moment in backward
+                for moment in part.backward
             ]
-            summed, sent = totals, sent + sent_backward
+            # The input gradient goes back after B or I; the micro-batch is freed and the
+            # chunk's sums exist after B or W.
+            if action.kind != WEIGHT_GRAD:
+                sent += part.sent_backward
+            if action.kind != INPUT_GRAD:
+                held[action.chunk] -= 1
+                summed[action.chunk] = sizes.gradients(part.names)
         # The update is fed the averaged sums, buffers of their own.
         packed = totals if replicas > 1 else 0
         moments += sizes.update(names, False, gradients=totals, communication=sent + packed)
+        peak = device_memory(sizes.resident(names), moments)  # every replica's stage alike
         for replica in range(replicas):
-            device = devices[replica * stages + stage]
-            result[device] = device_memory(sizes.resident(names), moments)
+            result[devices[replica * stages + stage]] = peak
     return result
 
 
@@ -601,6 +666,26 @@ def _placeholder_bytes(graph: Graph, name: str) -> int:
 def _input_gradient(backward: Graph) -> int:
     """The bytes of the input gradient a stage's backward sends to the stage before it."""
     return backward.type_of(backward.outputs[INPUT_GRADIENT]).nbytes
+
+
+# the device mesh ----------------------------------------------------------------------------
+
+
+def _mesh(
+    config: RunConfig,
+    model: Sequential,
+    optimizer: Optimizer,
+    devices: Sequence[str],
+    costs: DeviceCosts,
+) -> dict[str, DeviceMemory]:
+    """Each device's chunks of its stage, split for its tensor rank
+    (:mod:`workbench.planner.mesh_memory`)."""
+    from workbench.planner.mesh_memory import mesh_memory
+    from workbench.planner.mesh_step import MeshCosting, mesh_layout
+
+    costing = MeshCosting(model, optimizer, config.dtype, costs, config.recompute)
+    terms = mesh_memory(costing, mesh_layout(config), devices)
+    return {device: device_memory(*held) for device, held in terms.items()}
 
 
 # model parallelism --------------------------------------------------------------------------

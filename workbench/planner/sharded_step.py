@@ -93,7 +93,11 @@ def sharded_step(
     order: list[tuple[int, str, bool]] = []
     adding = _adding(model, dtype, costs)
     stretch = straggler_factor(costs.variation(graph), replicas)
+    first: list[Action] | None = None
     for device in devices:
+        if first is not None:
+            programs[device] = list(first)  # a described cluster's replicas are alike
+            continue
         order.clear()
         actions: list[Action] = []
         for step in range(accumulate):
@@ -105,6 +109,8 @@ def sharded_step(
             actions += node_actions(graph, costs, device, exchanges, stretch=stretch)
             actions += [] if last else [adding]
         programs[device] = actions
+        if costs.cluster is not None:
+            first = actions
     communication: dict[str, list[Action]] = {device: [] for device in devices}
     for index, tag, gathers in order:
         if not gathers:

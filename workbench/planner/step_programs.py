@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workbench.costs import STAGE_HANDOFF
-from workbench.ir import Graph
+from workbench.ir import Graph, Node
 from workbench.models import Sequential
 from workbench.optim import Optimizer
 from workbench.parallel.collectives import plan_buckets
@@ -24,8 +24,15 @@ from workbench.parallel.collectives.buckets import DEFAULT_BUCKET_BYTES, Bucket
 from workbench.parallel.collectives.compression import CompressionSpec, parse_compression
 from workbench.parallel.model_parallel.graph import build_model_parallel_graph
 from workbench.parallel.parameter_server.partitioner import place_variables, shard_bytes
-from workbench.parallel.pipeline.schedules import make_schedule
-from workbench.parallel.pipeline.stages import StageGraphs, build_stage_graphs, split_layers
+from workbench.parallel.pipeline.schedules import StageAction, make_schedule
+from workbench.parallel.pipeline.stages import (
+    StageGraphs,
+    build_stage_graphs,
+    split_backward,
+    split_layers,
+)
+from workbench.parallel.tensor_parallel.graph import forward_graph, rank_training_graph
+from workbench.parallel.tensor_parallel.plan import tensor_plan
 from workbench.planner.compressed_buckets import bucket_exchange
 from workbench.planner.device_costs import DeviceCosts
 from workbench.planner.graph_segments import graph_seconds, node_actions
@@ -44,6 +51,7 @@ from workbench.simulate import (
     push_pull,
     uniform,
 )
+from workbench.simulate.collectives import RingOptions, ring_allreduce_programs
 from workbench.simulate.programs import MAIN
 from workbench.training.graphs import build_training_graph, build_update_graph, gradient_name
 
@@ -194,7 +202,11 @@ def mirrored_step(
     programs: dict[str, list[Action]] = {}
     stretch = straggler_factor(costs.variation(graph), replicas)
     adding = _adding(model, dtype, costs)
+    first: list[Action] | None = None
     for device in devices:
+        if first is not None:
+            programs[device] = list(first)  # a described cluster's replicas are alike
+            continue
         filled = {index: 0 for index in range(len(buckets))}
         order: list[int] = []
 
@@ -212,6 +224,8 @@ def mirrored_step(
         programs[device] = replica_computes(
             graph, costs, device, stretch, adding, accumulate, bucket_ready
         )
+        if costs.cluster is not None:
+            first = programs[device]
     communication: dict[str, list[Action]] = {device: [] for device in devices}
     for index in order:
         reduced = bucket_exchange(
@@ -280,9 +294,16 @@ def central_storage_step(
         )
     adding = _adding(model, dtype, costs)
     stretch = straggler_factor(costs.variation(graph), replicas)
+    # A described cluster's replicas are alike: the first one's compute stands for all.
+    alike = costs.cluster is not None
+    first = replica_computes(graph, costs, devices[0], stretch, adding, accumulate)
     programs = {
         device: [
-            *replica_computes(graph, costs, device, stretch, adding, accumulate),
+            *(
+                first
+                if alike
+                else replica_computes(graph, costs, device, stretch, adding, accumulate)
+            ),
             *exchange[device],
         ]
         for device in devices
@@ -331,9 +352,12 @@ def parameter_server_step(
     # (as calibration timed the loop; 1 if it did not).
     stretch = straggler_factor(costs.variation(graph), len(workers) if synchronous else 1)
     stretch *= costs.stretch_beside("ps-exchange", [*workers, *shards])
+    computing: list[Action] | None = None
     for worker in workers:
-        computing = node_actions(graph, costs, worker, lambda node: (), stretch=stretch)
-        computing = accumulated(computing, computing, accumulate, _adding(model, dtype, costs))
+        # A described cluster's workers are alike: the first one's compute stands for all.
+        if computing is None or costs.cluster is None:
+            computing = node_actions(graph, costs, worker, lambda node: (), stretch=stretch)
+            computing = accumulated(computing, computing, accumulate, _adding(model, dtype, costs))
         for turn in range(rounds):
             programs[worker] += [*exchange.pull(worker, turn), *computing]
             programs[worker] += exchange.push(worker, turn)
@@ -475,29 +499,136 @@ def model_parallel_step(
     return StepPrograms(programs, costs.peer_link)
 
 
+def tensor_parallel_step(
+    model: Sequential,
+    optimizer: Optimizer,
+    batch: int,
+    dtype: str,
+    devices: Sequence[str],
+    costs: DeviceCosts,
+    recompute: str = "none",
+) -> StepPrograms:
+    """``tensor-parallel`` (``parallel/tensor_parallel/graph.py``, run by
+    ``parallel/model_parallel/device.py``): each rank runs its split training graph in order
+    on the whole batch, stopping at each ``all_reduce`` node for a ring all-reduce of that
+    tensor over the tensor group (``StepCollectives``). The ranks' graphs differ only in
+    which shard they hold, so rank 0's times every device's."""
+    tp = len(devices)
+    forward = forward_graph(model, batch, dtype)
+    split = tensor_plan(model, tp)
+    graph = rank_training_graph(model, optimizer, forward, split, 0, tp, devices, recompute)
+    options = RingOptions(np.dtype(dtype).itemsize)
+    rings = {
+        node.name: ring_allreduce_programs(
+            list(devices),
+            node.types[0].nbytes,
+            costs.add_seconds_per_byte,
+            node.attrs["key"],
+            options,
+        )
+        for node in graph.nodes_with_op("all_reduce")
+    }
+    programs: dict[str, list[Action]] = {}
+    for device in devices:
+
+        def reduced(node: Node, device: str = device) -> list[Action]:
+            return rings[node.name][device] if node.name in rings else []
+
+        programs[device] = node_actions(graph, costs, device, reduced, _update_phase)
+    return StepPrograms(programs, costs.ring_link)
+
+
 def pipeline_stages(
-    model: Sequential, stages: int, micro: int, dtype: str, recompute: str
+    model: Sequential,
+    stages: int,
+    micro: int,
+    dtype: str,
+    recompute: str,
+    virtual_stages: int = 1,
 ) -> tuple[list[StageGraphs], list[int]]:
-    """Each stage's graphs for micro-batches of ``micro`` rows, and the bytes of the
-    activation each stage but the last hands on (its gradient comes back the same size)."""
+    """Each model chunk's graphs for micro-batches of ``micro`` rows (``stages x
+    virtual_stages`` chunks, chunk k on device k mod stages), and the bytes of the activation
+    each chunk but the last hands on (its gradient comes back the same size)."""
     itemsize = np.dtype(dtype).itemsize
-    layer_groups = split_layers(model, stages)
+    chunks = stages * virtual_stages
+    layer_groups = split_layers(model, chunks)
     graphs = [
         build_stage_graphs(
             model,
             layers,
             micro,
             dtype,
-            first=stage == 0,
-            last=stage == stages - 1,
+            first=chunk == 0,
+            last=chunk == chunks - 1,
             recompute=recompute,
         )
-        for stage, layers in enumerate(layer_groups)
+        for chunk, layers in enumerate(layer_groups)
     ]
     boundary = [
         int(np.prod((micro, *model.shapes[layers.stop]))) * itemsize for layers in layer_groups[:-1]
     ]
     return graphs, boundary
+
+
+@dataclass(frozen=True)
+class ChunkSeconds:
+    """Per model chunk: its forward, its whole backward and the backward's input-gradient and
+    weight-gradient halves (zero-bubble's I and W; the first chunk's I is empty), in seconds
+    on its device."""
+
+    forward: list[float]
+    backward: list[float]
+    input_grad: list[float]
+    weight_grad: list[float]
+
+    def programs(
+        self,
+        devices: list[str],
+        order: list[list[StageAction]],
+        boundary: list[int],
+        updates: list[float] | None = None,
+        key: str = "s0",
+    ) -> dict[str, list[Action]]:
+        return pipeline_programs(
+            devices,
+            order,
+            self.forward,
+            self.backward,
+            boundary,
+            update_seconds=updates,
+            key=key,
+            input_grad_seconds=self.input_grad,
+            weight_grad_seconds=self.weight_grad,
+        )
+
+
+def chunk_seconds(
+    graphs: Sequence[StageGraphs], devices: Sequence[str], costs: DeviceCosts, split: bool
+) -> ChunkSeconds:
+    """Each chunk's graphs timed on ``devices[k mod len(devices)]``; the backward is cut into
+    its halves (``workbench.parallel.pipeline.stages.split_backward``) only when ``split``
+    (a zero-bubble schedule runs them), else each half is costed as half the backward."""
+    on = [devices[k % len(devices)] for k in range(len(graphs))]
+    forward = [graph_seconds(g.forward, costs, d) for g, d in zip(graphs, on)]
+    backward = [graph_seconds(g.backward, costs, d) for g, d in zip(graphs, on)]
+    if not split:
+        halves = [b / 2 for b in backward]
+        return ChunkSeconds(forward, backward, halves, halves)
+    cut = [split_backward(g.backward) for g in graphs]
+    input_grad = [
+        0.0 if c.input_gradient is None else graph_seconds(c.input_gradient, costs, d)
+        for c, d in zip(cut, on)
+    ]
+    weight_grad = [graph_seconds(c.weight_gradient, costs, d) for c, d in zip(cut, on)]
+    return ChunkSeconds(forward, backward, input_grad, weight_grad)
+
+
+def device_parameters(graphs: Sequence[StageGraphs], stages: int) -> list[list[str]]:
+    """The parameters each of ``stages`` devices holds: those of its chunks."""
+    return [
+        [name for g in graphs[stage::stages] for name in g.parameter_names]
+        for stage in range(stages)
+    ]
 
 
 def pipeline_step(
@@ -510,26 +641,24 @@ def pipeline_step(
     microbatches: int,
     schedule: str,
     recompute: str = "none",
+    virtual_stages: int = 1,
 ) -> StepPrograms:
-    """``pipeline`` (``parallel/pipeline/stage_worker.py``): stage s runs its schedule's
-    forward and backward passes of each micro-batch, receiving activations from s-1 and
-    gradients from s+1, then updates its layers."""
+    """``pipeline`` (``parallel/pipeline/stage_worker.py``): device s runs its schedule's
+    actions (forward, backward or its halves, on each of its model chunks) of each
+    micro-batch, receiving activations from the previous chunk and gradients from the next,
+    then updates its layers."""
     stages = len(devices)
-    graphs, boundary = pipeline_stages(model, stages, batch // microbatches, dtype, recompute)
-    forward = [graph_seconds(g.forward, costs, d) for g, d in zip(graphs, devices)]
-    backward = [graph_seconds(g.backward, costs, d) for g, d in zip(graphs, devices)]
-    updates = [
-        graph_seconds(build_update_graph(model, optimizer, dtype, g.parameter_names), costs, d)
-        for g, d in zip(graphs, devices)
-    ]
-    programs = pipeline_programs(
-        list(devices),
-        make_schedule(schedule, stages, microbatches),
-        forward,
-        backward,
-        boundary,
-        update_seconds=updates,
+    chunks = virtual_stages if schedule == "interleaved-1f1b" else 1
+    order = make_schedule(schedule, stages, microbatches, chunks)
+    graphs, boundary = pipeline_stages(
+        model, stages, batch // microbatches, dtype, recompute, chunks
     )
+    seconds = chunk_seconds(graphs, devices, costs, split=schedule == "zero-bubble")
+    updates = [
+        graph_seconds(build_update_graph(model, optimizer, dtype, names), costs, d)
+        for names, d in zip(device_parameters(graphs, stages), devices)
+    ]
+    programs = seconds.programs(list(devices), order, boundary, updates)
     return StepPrograms(programs, costs.peer_link, stage_devices=tuple(devices))
 
 
@@ -545,6 +674,7 @@ def hybrid_step(
     schedule: str,
     compression: CompressionSpec = NO_COMPRESSION,
     recompute: str = "none",
+    virtual_stages: int = 1,
 ) -> StepPrograms:
     """``hybrid`` (``parallel/pipeline/stage_worker.py``): a pipeline per replica on a 2-D mesh
     (rank = replica x stages + stage), each replica through its slice of the batch; then each
@@ -554,21 +684,21 @@ def hybrid_step(
     micro = batch // replicas // microbatches
     itemsize = np.dtype(dtype).itemsize
     shapes = model.parameter_shapes()
-    order = make_schedule(schedule, stages, microbatches)
+    chunks = virtual_stages if schedule == "interleaved-1f1b" else 1
+    order = make_schedule(schedule, stages, microbatches, chunks)
     # Every replica's stage s runs the same graphs: built once, timed on each device.
-    graphs, boundary = pipeline_stages(model, stages, micro, dtype, recompute)
-    stage_parameters = [list(stage_graphs.parameter_names) for stage_graphs in graphs]
+    graphs, boundary = pipeline_stages(model, stages, micro, dtype, recompute, chunks)
+    stage_parameters = device_parameters(graphs, stages)
     update_graphs = [
         build_update_graph(model, optimizer, dtype, names) for names in stage_parameters
     ]
     programs: dict[str, list[Action]] = {}
+    seconds = None
     for replica in range(replicas):
         mesh_row = list(devices[replica * stages : (replica + 1) * stages])
-        forward = [graph_seconds(g.forward, costs, d) for g, d in zip(graphs, mesh_row)]
-        backward = [graph_seconds(g.backward, costs, d) for g, d in zip(graphs, mesh_row)]
-        programs.update(
-            pipeline_programs(mesh_row, order, forward, backward, boundary, key=f"r{replica}")
-        )
+        if seconds is None or costs.cluster is None:  # a described cluster's rows are alike
+            seconds = chunk_seconds(graphs, mesh_row, costs, split=schedule == "zero-bubble")
+        programs.update(seconds.programs(mesh_row, order, boundary, key=f"r{replica}"))
     for stage in range(stages):
         group = [devices[replica * stages + stage] for replica in range(replicas)]
         stage_shapes = {name: shapes[name] for name in stage_parameters[stage]}

@@ -16,7 +16,9 @@ from workbench.config import RunConfig
 from workbench.models import Sequential
 from workbench.optim import Optimizer
 from workbench.parallel.collectives.compression import parse_compression
+from workbench.parallel.pipeline.schedules import SCHEDULE_NAMES
 from workbench.planner.device_costs import DeviceCosts
+from workbench.planner.mesh_step import MeshCosting, mesh_layout, mesh_step
 from workbench.planner.sharded_step import sharded_step
 from workbench.planner.step_programs import (
     StepPrograms,
@@ -27,6 +29,7 @@ from workbench.planner.step_programs import (
     one_device_step,
     parameter_server_step,
     pipeline_step,
+    tensor_parallel_step,
 )
 from workbench.strategies import STRATEGIES
 from workbench.strategies.options import (
@@ -270,8 +273,28 @@ def _model_parallel(config, *context) -> StepPrograms:
     return _step(model_parallel_step, config, *context, placement, recompute=config.recompute)
 
 
-# With more devices than layers these are refused, and listed with the reason.
-MODEL_PARALLEL = StrategyPlanning(_model_parallel, _replicated)
+# Beyond this many devices the what-if table leaves layer-wise splits to the mesh search
+# (docs/guide/planning.md, "Searching the mesh"): model parallelism's greedy placer weighs
+# every device for every node (a row would cost more than the rest of the table, and its
+# placement leaves most devices idle), and hybrid's meshes are the search's tp=1 rows.
+MESH_SEARCH_ONLY_ABOVE = 64
+
+
+def _model_parallel_candidates(name: str, common: dict, devices: int) -> Iterator[RunConfig]:
+    if devices <= MESH_SEARCH_ONLY_ABOVE:
+        yield from _replicated(name, common, devices)
+
+
+MODEL_PARALLEL = StrategyPlanning(_model_parallel, _model_parallel_candidates)
+
+
+def _tensor_parallel(config, *context) -> StepPrograms:
+    return _step(tensor_parallel_step, config, *context, recompute=config.recompute)
+
+
+# Predicted when asked (``dtrain plan --strategy tensor-parallel``); the mesh search offers
+# tensor-parallel degrees as a mesh axis.
+TENSOR_PARALLEL = StrategyPlanning(_tensor_parallel)
 
 
 def _pipeline(config, *context) -> StepPrograms:
@@ -283,15 +306,18 @@ def _pipeline(config, *context) -> StepPrograms:
         options.microbatches,
         options.schedule,
         recompute=config.recompute,
+        virtual_stages=options.virtual_stages,
     )
 
 
 def _pipeline_candidates(name: str, common: dict, devices: int) -> Iterator[RunConfig]:
     if devices < 2:
         return
-    for schedule in ("gpipe", "1f1b"):
+    for schedule in SCHEDULE_NAMES:
         for microbatches in MICROBATCH_CHOICES:
-            yield _pipelined(name, common, devices, devices, microbatches, schedule)
+            # Interleaving takes micro-batches in groups of the stages (Megatron's rule).
+            if schedule != "interleaved-1f1b" or microbatches % devices == 0:
+                yield _pipelined(name, common, devices, devices, microbatches, schedule)
 
 
 def _pipelined(
@@ -323,16 +349,36 @@ def _hybrid(config, *context) -> StepPrograms:
         options.schedule,
         compression,
         recompute=config.recompute,
+        virtual_stages=options.virtual_stages,
     )
 
 
 def _hybrid_candidates(name: str, common: dict, devices: int) -> Iterator[RunConfig]:
     """Every mesh of at least 2 replicas x 2 stages that ``devices`` divides into, 1F1B with
     twice as many micro-batches as stages (a bubble of at most a third of the step): one row
-    per mesh, so the table stays quick at thousands of devices."""
+    per mesh. Beyond ``MESH_SEARCH_ONLY_ABOVE`` devices the mesh search's ``tp=1`` rows are
+    these meshes (with every schedule), so the table leaves them to it."""
+    if devices > MESH_SEARCH_ONLY_ABOVE:
+        return
     for stages in range(2, devices // 2 + 1):
         if devices % stages == 0:
             yield _pipelined(name, common, devices, stages, 2 * stages, "1f1b")
 
 
 HYBRID = StrategyPlanning(_hybrid, _hybrid_candidates)
+
+
+# the device mesh ----------------------------------------------------------------------------
+
+
+def _mesh(config, model, optimizer, costs, devices) -> StepPrograms:
+    # Every device plays its own program here (a run's own prediction, a few devices); the
+    # what-if table's mesh search plays one pipeline at scale (workbench.planner.mesh_step).
+    costing = MeshCosting(model, optimizer, config.dtype, costs, config.recompute)
+    step = mesh_step(costing, mesh_layout(config), devices, every_device=True)
+    return StepPrograms(step.programs, step.link, stage_devices=step.stage_devices)
+
+
+# Predicted when asked; the what-if table's rows for it come from the mesh search
+# (workbench.planner.mesh_search), which needs the model to prune.
+MESH = StrategyPlanning(_mesh)

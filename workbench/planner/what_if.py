@@ -10,6 +10,12 @@ gains on (a pipeline's communication) offsets one it loses on (its compute) and 
 differences add up to the gap. A row whose devices would need more memory than they have
 (its largest device's predicted peak above the capacity given) loses to memory whatever its
 speed: it is marked, ranked after every row that fits, and its reason says how much it needs.
+Each ranked row also says what it loses to the row above it (``versus_above``).
+
+Beside the strategies' own rows, the mesh search (:mod:`workbench.planner.mesh_search`) adds a
+row for every ``dp x tp x pp`` mesh, schedule, micro-batch count and virtual stage count worth
+predicting; a mesh row's step also shows its tensor group's and its data group's all-reduces
+as parts of their own (docs/guide/planning.md, "Searching the mesh").
 
 :func:`describe_options` names a row's configuration for every view (the CLI's table, the
 notebook's).
@@ -17,18 +23,29 @@ notebook's).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from workbench.config import ConfigError, RunConfig
 from workbench.models import Sequential
 from workbench.optim import Optimizer
+from workbench.parallel.pipeline.schedules import ScheduleError
+from workbench.parallel.pipeline.stages import StageError
+from workbench.passes.tensor_split import SplitError
 from workbench.planner.device_costs import DeviceCosts
+from workbench.planner.mesh_predict import predict_mesh
+from workbench.planner.mesh_search import PrunedMesh, mesh_space
+from workbench.planner.mesh_step import DATA, TENSOR, MeshCosting
 from workbench.planner.predict import PlanningError, Prediction, predict
 from workbench.planner.strategy_planning import MICROBATCH_CHOICES, planning_of
 from workbench.strategies import STRATEGIES, validate_config
 
-PARTS = ("compute", "communication", "bubble", "overhead")
+PARTS = ("compute", "communication", TENSOR, DATA, "bubble", "overhead")
+# The run options that shape every strategy's step and memory alike hold for every row.
+SHARED_FIELDS = ("model", "hidden", "dataset", "batch_size", "optimizer", "dtype", "seed")
+RUN_OPTIONS = ("precision", "recompute", "accumulate")
+MESH = "mesh"
 
 
 @dataclass(frozen=True)
@@ -42,6 +59,9 @@ class WhatIfRow:
     # Its step's gap to the fastest, part by part, in milliseconds as printed (adding up to
     # the printed gap); empty for the fastest and rows not ranked against it.
     behind_ms: dict[str, float] = field(default_factory=dict)
+    rank: int | None = None  # 1 for the fastest; None for rows not predicted
+    # What it loses to the row ranked just above it ("" for the first and unranked rows).
+    versus_above: str = ""
 
     @property
     def step_seconds(self) -> float | None:
@@ -53,6 +73,7 @@ class WhatIfRow:
             return {
                 "strategy": self.strategy,
                 **self.options,
+                "rank": None,
                 "predicted_step_ms": None,
                 "reason": self.reason,
             }
@@ -61,6 +82,7 @@ class WhatIfRow:
         return {
             "strategy": self.strategy,
             **self.options,
+            "rank": self.rank,
             "predicted_step_ms": round(prediction.step_seconds * 1e3, 4),
             "samples_per_second": round(prediction.samples_per_second, 1),
             "bytes_per_device": max(prediction.bytes_sent(d) for d in devices),
@@ -72,10 +94,16 @@ class WhatIfRow:
             },
             "fits": self.fits,
             "bubble": None if prediction.bubble is None else round(prediction.bubble, 4),
-            **{f"{part}_ms": round(seconds * 1e3, 4) for part, seconds in self.parts.items()},
+            **{f"{_key(part)}_ms": round(seconds * 1e3, 4) for part, seconds in self.parts.items()},
             "reason": self.reason,
-            "loses_by_ms": dict(self.behind_ms) or None,
+            "loses_by_ms": {_key(part): ms for part, ms in self.behind_ms.items()} or None,
+            "versus_above": self.versus_above or None,
         }
+
+
+def _key(part: str) -> str:
+    """A part's name as a JSON key: ``tensor all-reduce`` -> ``tensor_allreduce``."""
+    return part.replace(" ", "_").replace("-", "")
 
 
 def candidate_configs(base: RunConfig, devices: int) -> Iterator[RunConfig]:
@@ -83,20 +111,27 @@ def candidate_configs(base: RunConfig, devices: int) -> Iterator[RunConfig]:
     ``devices`` devices, as each strategy's planning offers them, in the registry's order
     (configurations the strategies refuse, say a batch the replicas cannot split, are left
     out later, or listed with the reason)."""
-    # The run options that shape every strategy's step and memory alike (accumulation,
-    # recomputation, precision) hold for every row.
-    shared = ("model", "hidden", "dataset", "batch_size", "optimizer", "dtype", "seed")
-    run_options = ("precision", "recompute", "accumulate")
-    common = {name: getattr(base, name) for name in (*shared, *run_options)}
+    common = _common(base)
     for name in STRATEGIES.names():
         planning = planning_of(name)
         if planning is not None:
             yield from planning.candidates(name, dict(common), devices)
 
 
+def _common(base: RunConfig) -> dict:
+    """The fields every row shares with ``base`` (model, batch, run options)."""
+    return {name: getattr(base, name) for name in (*SHARED_FIELDS, *RUN_OPTIONS)}
+
+
 def _options(config: RunConfig) -> dict:
     shown = {"devices": config.devices}
     shown.update({k: v for k, v in config.options.items() if k in _SHOWN_OPTIONS})
+    if config.options.get("schedule") != "interleaved-1f1b":
+        shown.pop("virtual_stages", None)  # read by interleaved 1F1B alone
+    if config.strategy == MESH and str(config.options.get("mesh", "")).endswith("pp=1"):
+        # One stage: no pipeline, so no schedule to name.
+        shown.pop("microbatches", None)
+        shown.pop("schedule", None)
     return shown
 
 
@@ -113,12 +148,14 @@ def describe_options(options: Mapping[str, object]) -> str:
 
 _SHOWN_OPTIONS = (
     "allreduce",
+    "mesh",
     "compression",
     "ps",
     "mode",
     "stages",
     "microbatches",
     "schedule",
+    "virtual_stages",
     "zero_stage",
 )
 
@@ -149,7 +186,11 @@ def gap_by_part(parts: Mapping[str, float], best: Mapping[str, float]) -> dict[s
     ...             "communication": 0.0028})
     {'compute': 3.0, 'communication': -2.8}
     """
-    exact = {part: (parts[part] - best[part]) * 1e3 for part in PARTS if part in parts}
+    exact = {
+        part: (parts.get(part, 0.0) - best.get(part, 0.0)) * 1e3
+        for part in PARTS
+        if part in parts or part in best
+    }
     rounded = {part: round(delta, 2) for part, delta in exact.items()}
     remainder = round(round(sum(exact.values()), 2) - sum(rounded.values()), 2)
     if remainder:
@@ -217,13 +258,59 @@ def what_if(
                 config.strategy, _options(config), prediction, step_parts(prediction), "", fits
             )
         )
+    rows += mesh_rows(base, model, optimizer, costs, devices, device_names, costs_for)
     return rank_rows(rows, memory_capacity)
 
 
+def mesh_rows(
+    base: RunConfig,
+    model: Sequential,
+    optimizer: Optimizer,
+    costs: DeviceCosts,
+    devices: int,
+    device_names: Sequence[str] | None = None,
+    costs_for: Callable[[RunConfig], DeviceCosts] | None = None,
+) -> list[WhatIfRow]:
+    """A row for every configuration of the mesh search (:func:`mesh_space`) on ``devices``
+    devices, unranked. A described cluster keeps tensor groups inside its hosts; the stage
+    graphs and rings of every row are costed once (:class:`MeshCosting`)."""
+    if MESH not in STRATEGIES.names() or devices < 2:
+        return []
+    per_host = costs.cluster.devices_per_host if costs.cluster is not None else None
+    space = mesh_space(model, base.batch_size, devices, per_host)
+    costings: dict[int, MeshCosting] = {}
+    rows = []
+    for candidate in space.candidates:
+        try:
+            config = validate_config(
+                RunConfig(strategy=MESH, devices=devices, **_common(base), **candidate.options())
+            )
+        except ConfigError:
+            continue  # what the mesh refuses beyond the search's own pruning
+        row_costs = costs if costs_for is None else costs_for(config)
+        costing = costings.get(id(row_costs))
+        if costing is None:
+            costing = costings[id(row_costs)] = MeshCosting(
+                model, optimizer, base.dtype, row_costs, base.recompute
+            )
+        names = device_names
+        if names is None:
+            kind = "gpu" if config.device_type == "gpu" else "cpu"
+            names = STRATEGIES[MESH].device_names(config, kind)
+        try:
+            prediction, parts = predict_mesh(config, costing, names[:devices])
+        except (ConfigError, StageError, ScheduleError, SplitError) as error:
+            # What the model's graphs refuse past the search's pruning: listed with why.
+            rows.append(WhatIfRow(MESH, _options(config), None, {}, str(error), False))
+            continue
+        rows.append(WhatIfRow(MESH, _options(config), prediction, parts, ""))
+    return rows
+
+
 def rank_rows(rows: list[WhatIfRow], memory_capacity: int | None = None) -> list[WhatIfRow]:
-    """Fastest first, each row's reason against the fastest that fits; rows without a
-    prediction last. ``memory_capacity``: each device's bytes, where rows are (re)judged
-    against it (rows keep their own judgement otherwise)."""
+    """Fastest first, each row's reason against the fastest that fits and what it loses to
+    the row above it; rows without a prediction last. ``memory_capacity``: each device's
+    bytes, where rows are (re)judged against it (rows keep their own judgement otherwise)."""
     if memory_capacity is not None:
         rows = [
             replace(row, fits=row.prediction.largest_memory()[1].total <= memory_capacity)
@@ -236,27 +323,52 @@ def rank_rows(rows: list[WhatIfRow], memory_capacity: int | None = None) -> list
         key=lambda row: (not row.fits, row.step_seconds),
     )
     best = next((row for row in predicted if row.fits), None)
-    ranked = []
-    for row in predicted:
+    ranked: list[WhatIfRow] = []
+    for rank, row in enumerate(predicted, start=1):
         behind: dict[str, float] = {}
         if not row.fits:
-            assert row.prediction is not None
-            device, peak = row.prediction.largest_memory()
-            has = "a device has" if memory_capacity is None else f"{megabytes(memory_capacity)} MB"
-            reason = f"memory: needs {megabytes(peak.total)} MB on {device}, more than {has}"
+            reason = _memory_reason(row, memory_capacity)
         elif row is best:
             reason = "fastest"
         else:
-            assert best is not None and row.step_seconds is not None
-            gap = round((row.step_seconds - best.step_seconds) * 1e3, 2)
+            assert best is not None
             behind = gap_by_part(row.parts, best.parts)
-            reason = loses_by(gap, behind)
-        ranked.append(
-            WhatIfRow(
-                row.strategy, row.options, row.prediction, row.parts, reason, row.fits, behind
+            reason = loses_by(_gap_ms(row, best), behind)
+        above = ranked[-1] if ranked else None
+        versus = ""
+        if above is not None:
+            versus = (
+                _memory_reason(row, memory_capacity)
+                if not row.fits and above.fits
+                else loses_by(_gap_ms(row, above), gap_by_part(row.parts, above.parts))
             )
-        )
+        ranked.append(replace(row, reason=reason, behind_ms=behind, rank=rank, versus_above=versus))
     return ranked + [row for row in rows if row.prediction is None]
+
+
+def _gap_ms(row: WhatIfRow, ahead: WhatIfRow) -> float:
+    assert row.step_seconds is not None and ahead.step_seconds is not None
+    return round((row.step_seconds - ahead.step_seconds) * 1e3, 2)
+
+
+def _memory_reason(row: WhatIfRow, memory_capacity: int | None) -> str:
+    assert row.prediction is not None
+    device, peak = row.prediction.largest_memory()
+    has = "a device has" if memory_capacity is None else f"{megabytes(memory_capacity)} MB"
+    return f"memory: needs {megabytes(peak.total)} MB on {device}, more than {has}"
+
+
+def top_rows(rows: Sequence[WhatIfRow], top: int | None) -> list[WhatIfRow]:
+    """The ``top`` best ranked rows (``--what-if-top``); every row when ``top`` is None.
+
+    Examples
+    --------
+    >>> top_rows([], 3)
+    []
+    """
+    if top is None:
+        return list(rows)
+    return [row for row in rows if row.rank is not None and row.rank <= top]
 
 
 def megabytes(nbytes: int) -> str:
@@ -329,3 +441,26 @@ def memory_summary(rows: Sequence[WhatIfRow], capacity: int | None) -> str:
         f"{legend}; {fitting} of {len(predicted)} configurations fit in "
         f"{megabytes(capacity)} MB per device{marks}"
     )
+
+
+def left_out_summary(
+    rows: Sequence[WhatIfRow], shown: Sequence[WhatIfRow], pruned: Sequence[PrunedMesh]
+) -> str:
+    """The line under the table: how many ranked rows ``--what-if-top`` hides and how many
+    meshes the search left out (``--json`` lists each with its reason).
+
+    Examples
+    --------
+    >>> left_out_summary([], [], [])
+    'meshes: none left out'
+    """
+    ranked = sum(row.rank is not None for row in rows)
+    hidden = ranked - sum(row.rank is not None for row in shown)
+    parts = [f"showing the best {ranked - hidden} of {ranked} ranked"] if hidden else []
+    if pruned:
+        kinds = Counter(p.kind for p in pruned)
+        counted = ", ".join(f"{count} {kind}" for kind, count in kinds.most_common())
+        parts.append(f"meshes: {len(pruned)} left out ({counted}; --json gives each reason)")
+    else:
+        parts.append("meshes: none left out")
+    return "; ".join(parts)

@@ -1,16 +1,20 @@
 """Programs for one pipeline-parallel step, and what its timeline says about the pipeline.
 
-Each stage plays its schedule's F/B actions in order, as ``workbench/parallel/pipeline/
+Each device plays its schedule's actions in order, as ``workbench/parallel/pipeline/
 stage_worker.py`` does: a forward of micro-batch m receives the activation from the previous
-stage (blocking, right before computing), computes, and sends its output to the next stage; a
-backward receives the output gradient from the next stage, computes (the real backward
-recomputes its forward: pass that in ``backward_seconds``) and sends the input gradient back.
-The first stage reads its input from the data, the last computes the loss itself. After the
-last action the stage applies its optimizer update.
+model chunk (blocking, right before computing), computes, and sends its output to the next
+chunk; a backward (``B``, or its input-gradient half ``I``) receives the output gradient from
+the next chunk, computes (the real backward recomputes its forward: pass that in
+``backward_seconds``) and sends the input gradient back; a weight-gradient half ``W`` only
+computes. The first chunk reads its input from the data, the last computes the loss itself.
+After the last action the device applies its optimizer update.
 
-The schedule is taken as per-stage action lists (objects with ``.kind`` "F" or "B" and
-``.microbatch``, as ``workbench.parallel.pipeline.schedules`` makes them), so this package
-does not depend on the pipeline code.
+With virtual stages the model is cut into ``V x P`` chunks, device s holding model chunks
+``s, s + P, ...`` (an action's ``chunk`` is that local index, as
+``workbench.parallel.pipeline.schedules`` numbers them); costs and boundary bytes are given
+per model chunk. The schedule is taken as per-device action lists (objects with ``.kind`` "F",
+"B", "I" or "W", ``.microbatch`` and optionally ``.chunk``), so this package does not depend on
+the pipeline code.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from workbench.simulate.timeline import Timeline
 
 class ScheduleAction(Protocol):
     @property
-    def kind(self) -> str: ...  # "F" or "B"
+    def kind(self) -> str: ...  # "F", "B", "I" or "W"
 
     @property
     def microbatch(self) -> int: ...
@@ -41,12 +45,19 @@ def pipeline_programs(
     *,
     key: str = "s0",
     send_stream: str = MAIN,
+    input_grad_seconds: Sequence[float] | None = None,
+    weight_grad_seconds: Sequence[float] | None = None,
 ) -> dict[str, list[Action]]:
-    """Stage s on ``stage_devices[s]`` runs ``schedule[s]``; boundary b (between stages b and
-    b+1) carries ``activation_bytes[b]`` forward and ``gradient_bytes[b]`` (default: the same)
-    back. Messages are ``{key}/a{m}`` and ``{key}/g{m}`` as the stage workers name them.
+    """Device s on ``stage_devices[s]`` runs ``schedule[s]``. Costs are per model chunk k
+    (``V x P`` of them, V the virtual stages; one per device without): ``forward_seconds``,
+    ``backward_seconds`` and, for split backwards, ``input_grad_seconds`` and
+    ``weight_grad_seconds`` (default: half the backward each). Boundary b (between model
+    chunks b and b+1) carries ``activation_bytes[b]`` forward and ``gradient_bytes[b]``
+    (default: the same) back; ``update_seconds`` is per device. Messages are ``{key}/a{m}``
+    and ``{key}/g{m}`` as the stage workers name them, with ``@b`` after them for boundary b
+    when there are virtual stages. Chunks on the same device hand over without a message.
 
-    ``send_stream``: with the default, a stage's sends keep its main stream busy while they
+    ``send_stream``: with the default, a device's sends keep its main stream busy while they
     put their bytes (our shared-memory channel: the sending thread copies). Another stream
     name sends from there once the compute has signalled, the compute going on meanwhile
     (``send_async`` over Dask's comms).
@@ -60,33 +71,60 @@ def pipeline_programs(
     >>> [type(action).__name__ for action in programs["b"]]
     ['Recv', 'Compute', 'Compute', 'Send']
     """
-    stages = len(stage_devices)
-    if not len(schedule) == len(forward_seconds) == len(backward_seconds) == stages:
-        raise ValueError(f"need a schedule, forward and backward seconds for each of {stages}")
-    if len(activation_bytes) != stages - 1:
-        raise ValueError(f"need activation bytes for each of the {stages - 1} stage boundaries")
+    devices = len(stage_devices)
+    chunks = len(forward_seconds)
+    if (
+        len(schedule) != devices
+        or len(backward_seconds) != chunks
+        or chunks < devices
+        or chunks % devices
+    ):
+        raise ValueError(
+            f"need a schedule for each of {devices} devices, and forward and backward seconds "
+            "for each model chunk (a multiple of the devices)"
+        )
+    if len(activation_bytes) != chunks - 1:
+        raise ValueError(f"need activation bytes for each of the {chunks - 1} stage boundaries")
     gradient_bytes = activation_bytes if gradient_bytes is None else gradient_bytes
-    updates = [0.0] * stages if update_seconds is None else update_seconds
+    updates = [0.0] * devices if update_seconds is None else update_seconds
+    halves = [b / 2 for b in backward_seconds]
+    seconds = {
+        "F": forward_seconds,
+        "B": backward_seconds,
+        "I": halves if input_grad_seconds is None else input_grad_seconds,
+        "W": halves if weight_grad_seconds is None else weight_grad_seconds,
+    }
+
+    def message(kind: str, m: int, boundary: int) -> str:
+        return f"{key}/{kind}{m}" + (f"@{boundary}" if chunks > devices else "")
+
     programs: dict[str, list[Action]] = {}
     for stage, device in enumerate(stage_devices):
-        before = stage_devices[stage - 1] if stage > 0 else None
-        after = stage_devices[stage + 1] if stage < stages - 1 else None
         actions: list[Action] = []
         for step in schedule[stage]:
-            m = step.microbatch
-            if step.kind == "F":
-                message, source, seconds = f"{key}/a{m}", before, forward_seconds[stage]
-                target, nbytes = after, activation_bytes[stage] if after else 0
-            elif step.kind == "B":
-                message, source, seconds = f"{key}/g{m}", after, backward_seconds[stage]
-                target, nbytes = before, gradient_bytes[stage - 1] if before else 0
-            else:
+            m, chunk = step.microbatch, getattr(step, "chunk", 0)
+            k = chunk * devices + stage
+            if step.kind not in seconds:
                 raise ValueError(f"stage {stage}: unknown schedule action kind {step.kind!r}")
-            if source is not None:
-                actions.append(Recv(source, message))
-            actions.append(Compute(seconds, f"{step.kind}{m}"))
-            if target is not None:
-                actions += _send(target, nbytes, message, send_stream)
+            source = target = None
+            if step.kind == "F":
+                if k > 0:
+                    source = (stage_devices[(k - 1) % devices], message("a", m, k - 1))
+                if k < chunks - 1:
+                    target = (stage_devices[(k + 1) % devices], message("a", m, k))
+                    nbytes = activation_bytes[k]
+            elif step.kind in ("B", "I"):
+                if k < chunks - 1:
+                    source = (stage_devices[(k + 1) % devices], message("g", m, k))
+                if k > 0:
+                    target = (stage_devices[(k - 1) % devices], message("g", m, k - 1))
+                    nbytes = gradient_bytes[k - 1]
+            if source is not None and source[0] != device:
+                actions.append(Recv(*source))
+            label = f"{step.kind}{m}" + (f"@{chunk}" if chunk else "")
+            actions.append(Compute(seconds[step.kind][k], label))
+            if target is not None and target[0] != device:
+                actions += _send(target[0], nbytes, target[1], send_stream)
         if updates[stage] > 0:
             actions.append(Compute(updates[stage], "update", phase="update"))
         programs[device] = actions
@@ -125,7 +163,8 @@ def pipeline_bubble(timeline: Timeline, stage_devices: Sequence[str]) -> float:
 
 def peak_in_flight(timeline: Timeline, device: str) -> int:
     """The most micro-batches whose activations ``device`` held at once: forwards run minus
-    backwards run, at its worst (what bounds a stage's activation memory).
+    backwards run (a split backward's ``W``, which still reads the stored input), at its worst
+    (what bounds a stage's activation memory).
 
     Examples
     --------
@@ -140,6 +179,6 @@ def peak_in_flight(timeline: Timeline, device: str) -> int:
     """
     held = peak = 0
     for interval in timeline.of(device, "compute"):
-        held += {"F": 1, "B": -1}.get(interval.label[:1], 0)
+        held += {"F": 1, "B": -1, "W": -1}.get(interval.label[:1], 0)
         peak = max(peak, held)
     return peak

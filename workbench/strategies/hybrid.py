@@ -23,7 +23,7 @@ from workbench.parallel.pipeline.stages import split_layers
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import Known, Progress
 from workbench.strategies.options import COMPRESSION, HybridOptions
-from workbench.strategies.pipeline import Pipeline
+from workbench.strategies.pipeline import Pipeline, check_schedule
 from workbench.training.job import TrainingJob
 
 
@@ -106,3 +106,4 @@ class Hybrid(Pipeline):
                 f"the global batch {config.batch_size} must divide evenly into "
                 f"{replicas} replicas x {options.microbatches} micro-batches",
             )
+        check_schedule(options)

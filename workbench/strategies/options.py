@@ -19,6 +19,7 @@ from typing import Literal
 from workbench.config import Option, StrategyOptions
 from workbench.parallel.collectives import ALLREDUCE_ALGORITHMS
 from workbench.parallel.collectives.compression import COMPRESSION_FORMS, canonical_compression
+from workbench.parallel.mesh import canonical_mesh
 from workbench.parallel.parameter_server import PARAMETER_SERVER_MODES, REPLICATION_NAMES
 from workbench.parallel.pipeline import SCHEDULE_NAMES
 
@@ -83,10 +84,39 @@ PS_PARTITION_MIN_BYTES = Option(
     label="partition min bytes",
 )
 STAGES = Option("stages", int, 2, "pipeline stages", minimum=1)
+# Megatron's tensor-parallel degree: ranks each layer pair is split over.
+TP = Option(
+    "tp",
+    int,
+    2,
+    "tensor-parallel ranks each Dense pair, attention and embedding is split over (--devices)",
+    minimum=1,
+    label="TP",
+)
 MICROBATCHES = Option(
     "microbatches", int, 4, "micro-batches per global batch", minimum=1, label="micro-batches"
 )
 SCHEDULE = Option("schedule", str, "gpipe", "pipeline schedule", choices=SCHEDULE_NAMES)
+# Megatron's virtual pipeline stages: model chunks per device (docs/guide/distributed-training.md).
+VIRTUAL_STAGES = Option(
+    "virtual_stages",
+    int,
+    2,
+    "model chunks per device for interleaved-1f1b (device s holds chunks s, s+P, ...)",
+    minimum=1,
+    applies_with="--schedule interleaved-1f1b",
+    label="virtual stages",
+)
+# A value with a format (``dp=2,tp=2,pp=1``), so no ``choices``: the converter canonicalises it
+# and the mesh strategy's check refuses a malformed one (the Python API skips the converter).
+MESH = Option(
+    "mesh",
+    str,
+    "dp=2,tp=2,pp=1",
+    "device mesh: data-parallel replicas x tensor-parallel ranks x pipeline stages, "
+    "e.g. dp=2,tp=2,pp=2 (an axis left out is 1; the product is --devices)",
+    parse=canonical_mesh,
+)
 ELASTIC = Option(
     "elastic",
     bool,
@@ -132,7 +162,7 @@ ZERO_STAGE = Option(
 AllReduceName = Literal["auto", "ring", "hierarchical-copy", "reduce-to-one", "nccl"]
 ReplicationName = Literal["in-graph", "between-graph"]
 ModeName = Literal["sync", "async"]
-ScheduleName = Literal["gpipe", "1f1b"]
+ScheduleName = Literal["gpipe", "1f1b", "interleaved-1f1b", "zero-bubble"]
 PlacementName = Literal["greedy", "balanced-params", "manual"]
 
 
@@ -192,11 +222,30 @@ class PipelineOptions(StrategyOptions):
     stages: int
     microbatches: int
     schedule: ScheduleName
+    virtual_stages: int
 
 
 @dataclass(frozen=True)
 class HybridOptions(PipelineOptions):
     compression: str
+
+
+@dataclass(frozen=True)
+class MeshOptions(StrategyOptions):
+    """``mesh``: the mesh's shape (canonical ``dp=A,tp=B,pp=C``) and its pipeline's
+    micro-batches, schedule and virtual stages."""
+
+    mesh: str
+    microbatches: int
+    schedule: ScheduleName
+    virtual_stages: int
+
+
+@dataclass(frozen=True)
+class TensorParallelOptions(StrategyOptions):
+    """``tensor-parallel``: the ranks the layers are split over (``--tp``, as ``--devices``)."""
+
+    tp: int
 
 
 @dataclass(frozen=True)

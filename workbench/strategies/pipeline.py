@@ -16,19 +16,48 @@ from workbench.events import EventLog, bubble_fraction
 from workbench.models import Sequential
 from workbench.parallel.device_run import DevicePlan
 from workbench.parallel.pipeline.stage_worker import StageSpec, setup_stage
+from workbench.parallel.pipeline.stages import StageError, chunks_per_device, split_layers
 from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
 from workbench.strategies.cluster_strategy import ClusterStrategy, PlanContext
 from workbench.strategies.definition import layers_fill
-from workbench.strategies.options import MICROBATCHES, SCHEDULE, STAGES, PipelineOptions
+from workbench.strategies.options import (
+    MICROBATCHES,
+    SCHEDULE,
+    STAGES,
+    VIRTUAL_STAGES,
+    PipelineOptions,
+)
 from workbench.training.job import TrainingJob
+
+
+def check_schedule(options: PipelineOptions) -> None:
+    """The schedule's own rules (pipeline and hybrid): ``--virtual-stages`` interleaves only
+    under interleaved-1f1b, which takes micro-batches in groups of ``--stages`` (Megatron's
+    rule). Zero-bubble asks nothing more: every stage's backward splits into its input- and
+    weight-gradient halves (:func:`workbench.parallel.pipeline.stages.split_backward`)."""
+    interleaved = options.schedule == "interleaved-1f1b"
+    # The default cannot be told from a value given: only another one is refused.
+    if not interleaved and options.virtual_stages != VIRTUAL_STAGES.default:
+        raise ConfigError(
+            "--virtual-stages",
+            f"applies only with {VIRTUAL_STAGES.applies_with} (the schedule is "
+            f"{options.schedule}, one model chunk per device)",
+        )
+    if interleaved and options.microbatches % options.stages:
+        raise ConfigError(
+            "--microbatches",
+            f"interleaved-1f1b takes micro-batches in groups of the {options.stages} stages: "
+            f"--microbatches {options.microbatches} must be a multiple of --stages "
+            f"{options.stages}",
+        )
 
 
 class Pipeline(ClusterStrategy):
     name = "pipeline"
     description = "layers in stages on devices, micro-batches scheduled by GPipe or 1F1B"
     # Typed as the base's, so that hybrid, a pipeline with one more option, may extend them.
-    options: ClassVar[tuple[Option, ...]] = (STAGES, MICROBATCHES, SCHEDULE)
+    options: ClassVar[tuple[Option, ...]] = (STAGES, MICROBATCHES, SCHEDULE, VIRTUAL_STAGES)
     options_type: ClassVar[type[StrategyOptions]] = PipelineOptions
     planning = "workbench.planner.strategy_planning:PIPELINE"
 
@@ -51,10 +80,23 @@ class Pipeline(ClusterStrategy):
                 f"the global batch {config.batch_size} must divide evenly into "
                 f"{options.microbatches} micro-batches",
             )
+        check_schedule(options)
 
     def check_model(self, config: RunConfig, model: Sequential) -> None:
-        """Refuse, before any cluster work, a model with fewer layers than stages."""
-        layers_fill(model, config.options_of(PipelineOptions).stages, "--stages")
+        """Refuse, before any cluster work, a model with fewer layers than stages (or than
+        model chunks, with virtual stages)."""
+        options = config.options_of(PipelineOptions)
+        layers_fill(model, options.stages, "--stages")
+        chunks = options.stages * chunks_per_device(options.schedule, options.virtual_stages)
+        try:
+            split_layers(model, chunks)
+        except StageError:
+            raise ConfigError(
+                "--virtual-stages",
+                f"--stages {options.stages} x --virtual-stages {options.virtual_stages} = "
+                f"{chunks} model chunks need at least as many layers; the model has "
+                f"{len(model.layers)}",
+            ) from None
 
     def compression(self, config: RunConfig) -> str:
         """How the stage groups' all-reduces compress (a pipeline has one replica: none)."""
@@ -71,6 +113,7 @@ class Pipeline(ClusterStrategy):
                 microbatches=options.microbatches,
                 schedule=options.schedule,
                 compression=self.compression(config),
+                virtual_stages=chunks_per_device(options.schedule, options.virtual_stages),
             )
             for rank in range(config.devices)
         ]

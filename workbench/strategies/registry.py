@@ -25,6 +25,7 @@ from workbench.strategies.options import (
     COMPRESSION,
     ELASTIC,
     HOSTS,
+    MESH,
     MICROBATCHES,
     MODE,
     PLACEMENT,
@@ -34,6 +35,8 @@ from workbench.strategies.options import (
     SCHEDULE,
     STAGES,
     STALENESS,
+    TP,
+    VIRTUAL_STAGES,
     ZERO_STAGE,
 )
 
@@ -155,8 +158,14 @@ STRATEGIES.declare(
     f"{_HERE}.parameter_server:ParameterServer",
     (PS, MODE, STALENESS, REPLICATION, BACKUP_WORKERS, PS_PARTITION_MIN_BYTES, COMPRESSION),
 )
-STRATEGIES.declare("pipeline", f"{_HERE}.pipeline:Pipeline", (STAGES, MICROBATCHES, SCHEDULE))
 STRATEGIES.declare(
-    "hybrid", f"{_HERE}.hybrid:Hybrid", (STAGES, MICROBATCHES, SCHEDULE, COMPRESSION)
+    "pipeline", f"{_HERE}.pipeline:Pipeline", (STAGES, MICROBATCHES, SCHEDULE, VIRTUAL_STAGES)
+)
+STRATEGIES.declare(
+    "hybrid",
+    f"{_HERE}.hybrid:Hybrid",
+    (STAGES, MICROBATCHES, SCHEDULE, VIRTUAL_STAGES, COMPRESSION),
 )
 STRATEGIES.declare("model-parallel", f"{_HERE}.model_parallel:ModelParallel", (PLACEMENT,))
+STRATEGIES.declare("tensor-parallel", f"{_HERE}.tensor_parallel:TensorParallel", (TP,))
+STRATEGIES.declare("mesh", f"{_HERE}.mesh:Mesh", (MESH, MICROBATCHES, SCHEDULE, VIRTUAL_STAGES))

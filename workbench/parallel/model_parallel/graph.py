@@ -94,6 +94,8 @@ class ModelParallelPlan:
     backward_devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # What the graph passes did before placement (recomputation's clones among them).
     report: PassReport | None = None
+    # Lines printed after the layers (a tensor-parallel plan's collectives per rank).
+    notes: tuple[str, ...] = ()
 
     def describe(self) -> str:
         lines = [self.heading]
@@ -101,6 +103,7 @@ class ModelParallelPlan:
             also = self.backward_devices.get(layer)
             backward = f"  (backward on {', '.join(also)})" if also else ""
             lines.append(f"  {layer:<18} {device}{backward}")
+        lines += self.notes
         seconds = None
         if self.prediction is not None:
             lines += self.prediction.lines()
@@ -183,7 +186,7 @@ def build_model_parallel_graph(
     split = {
         name: on for name, on in backward.items() if name in on_layer and on != (on_layer[name],)
     }
-    source = cost_source or _describe(cost)
+    source = cost_source or describe_cost(cost)
     if isinstance(cost, CalibratedCostModel):
         timed = [n for n in placed.nodes if n.op not in ("placeholder", "constant")]
         measured = sum(cost.is_measured(placed, n) for n in timed)
@@ -191,7 +194,7 @@ def build_model_parallel_graph(
             f"; {measured} of {len(timed)} nodes timed at these shapes, the rest scaled from "
             "measured FLOP rates"
         )
-    prediction = _predict(placed, partitioned, cost, source)
+    prediction = predict_plan(placed, partitioned, cost, source)
     return ModelParallelPlan(
         placed,
         partitioned,
@@ -202,7 +205,9 @@ def build_model_parallel_graph(
     )
 
 
-def _predict(placed: Graph, partitioned: Partitioned, cost: CostModel, source: str) -> Prediction:
+def predict_plan(
+    placed: Graph, partitioned: Partitioned, cost: CostModel, source: str
+) -> Prediction:
     """What ``cost`` predicts for a placed and partitioned model-parallel graph."""
     devices = list(partitioned.partitions)
     seconds = {
@@ -266,7 +271,7 @@ def _layer_devices(placed: Graph) -> tuple[dict[str, str], dict[str, tuple[str, 
     return {**first, **held}, {layer: tuple(on) for layer, on in backward.items()}
 
 
-def _describe(cost: CostModel) -> str:
+def describe_cost(cost: CostModel) -> str:
     if isinstance(cost, StaticCostModel | CalibratedCostModel):
         return cost.describe()
     return type(cost).__name__

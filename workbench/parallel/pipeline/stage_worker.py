@@ -1,25 +1,37 @@
-"""A pipeline stage on a Dask worker: its layers' variables, its schedule, its neighbours.
+"""A pipeline stage on a Dask worker: its model chunks' variables, its schedule, its neighbours.
 
-Each step the stage plays its action list: a forward takes the micro-batch from the data (first
-stage) or from the previous stage's mailbox, and sends its activation on; a backward takes the
-gradient from the next stage (or the loss, on the last), with the forward values it kept for
-that micro-batch (what ``--recompute`` does not recompute: ``stages.py``), and sends the
-input gradient back. Parameter gradients are summed over micro-batches and averaged into one
-optimizer update per step. Activations arriving from a neighbour land in this worker's mailbox
-while it computes, so transfers overlap compute.
+A device holds one model chunk per virtual stage (one, except with interleaved-1f1b): its local
+chunk ``c`` is model chunk ``k = c * P + s`` (``stages.py``). Each step the device plays its
+action list: a forward of chunk ``k`` takes the micro-batch from the data (model chunk 0) or
+from the device of chunk ``k - 1``, and sends its activation on to the device of chunk
+``k + 1`` (the loss, on the last model chunk); a backward takes the gradient from the device of
+chunk ``k + 1`` (or the loss), with the forward values it kept for that chunk and micro-batch
+(what ``--recompute`` does not recompute), and sends the input gradient back. Zero-bubble
+splits a backward: ``I`` computes the input gradient and sends it back at once, keeping what
+``W`` reads; ``W`` computes the parameter gradients when its action comes. Parameter gradients
+are summed over micro-batches and averaged into one optimizer update per step. Activations
+arriving from a neighbour land in this worker's mailbox while it computes, so transfers overlap
+compute.
+
+On a device mesh (``--strategy mesh``; pipeline and hybrid are meshes with one tensor rank) the
+devices of a chunk's neighbours are those of the same replica and tensor rank; with tp > 1 each
+chunk's graphs are this tensor rank's split of it (``mesh_stage.py``), whose all-reduces run
+over the tensor group; gradients are averaged over the data group (the same stage and tensor
+rank of every replica).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from workbench.data import GlobalBatchSampler, microbatch_rows, shard_rows
 from workbench.events.records import Phase, PhaseEvent, StepReport
-from workbench.ir import Executable
+from workbench.ir import Executable, Graph
+from workbench.ir.ops.communication import COLLECTIVES
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.parallel.collectives import (
     DEFAULT_BUCKET_BYTES,
@@ -32,14 +44,31 @@ from workbench.parallel.collectives.compression import (
     dense_allreduce_bytes,
     parse_compression,
 )
-from workbench.parallel.pipeline.schedules import FORWARD, make_schedule
+from workbench.parallel.mesh import MeshPoint, MeshShape
+from workbench.parallel.pipeline.mesh_stage import (
+    TensorCollectives,
+    shard_shapes,
+    shard_state,
+    tensor_shard_update_graph,
+    stage_plans,
+)
+from workbench.parallel.pipeline.schedules import (
+    BACKWARD,
+    FORWARD,
+    INPUT_GRAD,
+    WEIGHT_GRAD,
+    StageAction,
+    make_schedule,
+)
 from workbench.parallel.pipeline.stages import (
     ACTIVATION,
     INPUT_GRADIENT,
     OUTPUT_GRADIENT,
     STAGE_INPUT,
+    StageGraphs,
     build_stage_graphs,
-    split_layers,
+    chunk_layers,
+    split_backward,
 )
 from workbench.parallel.resident_steps import ResidentProgram, keep_resident
 from workbench.parallel.stop_gate import may_begin
@@ -47,6 +76,7 @@ from workbench.parallel.worker_spec import (
     WorkerSpec,
     training_data,
 )
+from workbench.passes.tensor_split import split_for_rank
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.training.graphs import (
     DROPOUT_SEED,
@@ -60,23 +90,86 @@ from workbench.training.session import dropout_seed
 
 @dataclass(frozen=True)
 class StageSpec:
-    worker: WorkerSpec  # rank = replica * stages + stage
+    worker: WorkerSpec  # rank = (replica * stages + stage) * tp + tensor
     stall_timeout: float
     stages: int
     microbatches: int  # per replica's batch, each step
     schedule: str  # workbench.parallel.pipeline.schedules.SCHEDULE_NAMES
     # How the stage groups' all-reduces compress (hybrid's --compression; a pipeline: none).
     compression: str = "none"
+    # The device mesh (mesh strategy); None: replicas x ``stages`` with no tensor split
+    # (pipeline, hybrid).
+    mesh: MeshShape | None = None
+    # Model chunks per device (interleaved-1f1b's --virtual-stages; 1 for the other schedules).
+    virtual_stages: int = 1
+
+
+@dataclass(frozen=True)
+class ChunkProgram:
+    """One model chunk on this device, compiled: its forward, its whole backward and, when the
+    schedule splits backwards, its input-gradient (``I``) and weight-gradient (``W``) halves."""
+
+    chunk: int  # the device's local chunk index
+    model_chunk: int  # its place in the model: chunk * stages + stage
+    first: bool  # the model's first chunk: reads the data, has no input gradient
+    last: bool  # the model's last chunk: computes the loss
+    names: tuple[str, ...]
+    stash: tuple[str, ...]
+    forward: Executable
+    backward: Executable
+    # Zero-bubble's halves: ``I`` (None on the model's first chunk, whose ``W`` does the whole
+    # backward) and ``W``; both None when the schedule runs whole backwards.
+    input_gradient: Executable | None = None
+    weight_gradient: Executable | None = None
+    kept: tuple[str, ...] = ()  # what ``I`` hands ``W``
+    weight_reads: frozenset[str] = frozenset()  # the feeds ``W`` reads (the rest go after ``I``)
+
+
+def compile_chunk(
+    graphs: StageGraphs, chunk: int, model_chunk: int, chunks: int, split: bool
+) -> ChunkProgram:
+    """Chunk ``chunk`` (model chunk ``model_chunk`` of ``chunks``) compiled from its graphs,
+    with its backward's halves when ``split``."""
+    whole = ChunkProgram(
+        chunk,
+        model_chunk,
+        model_chunk == 0,
+        model_chunk == chunks - 1,
+        graphs.parameter_names,
+        graphs.stash,
+        Executable(graphs.forward),
+        Executable(graphs.backward),
+    )
+    if not split:
+        return whole
+    halves = split_backward(graphs.backward)
+    reads = frozenset(n.name for n in halves.weight_gradient.nodes if n.op == "placeholder")
+    first_half = halves.input_gradient
+    return replace(
+        whole,
+        input_gradient=None if first_half is None else Executable(first_half),
+        weight_gradient=Executable(halves.weight_gradient),
+        kept=halves.kept,
+        weight_reads=reads,
+    )
 
 
 class StageWorker(ResidentProgram):
     def __init__(self, spec: StageSpec) -> None:
         self.spec, worker = spec, spec.worker
         config = self.config = worker.run_config
-        # Ranks are replica-major: rank = replica * stages + stage (a 2-D device mesh).
+        # Where this device sits on the mesh: ranks are tensor-innermost,
+        # rank = (replica * stages + stage) * tp + tensor (workbench/parallel/mesh.py).
+        self.mesh = spec.mesh or MeshShape(len(worker.addresses) // spec.stages, 1, spec.stages)
         self.rank, self.stages = worker.rank, spec.stages
-        self.stage, self.replica = self.rank % self.stages, self.rank // self.stages
-        self.replicas = len(worker.addresses) // self.stages
+        self.replica, self.tensor, self.stage = self.mesh.point(self.rank)
+        self.replicas = self.mesh.dp
+        # With tp > 1 each model chunk's layers split over the tensor group (empty: none).
+        self.split_plan = (
+            stage_plans(worker.model, self.mesh.tp, spec.stages * spec.virtual_stages)
+            if self.mesh.tp > 1
+            else {}
+        )
         self.first, self.last = self.stage == 0, self.stage == self.stages - 1
         dataset = worker.dataset()
         model = self.model = worker.model
@@ -86,31 +179,48 @@ class StageWorker(ResidentProgram):
         self.microbatches = spec.microbatches
         self.replica_batch = config.batch_size // self.replicas
         self.microbatch = self.replica_batch // spec.microbatches
-        layers = split_layers(model, self.stages)[self.stage]
-        graphs = build_stage_graphs(
-            model,
-            layers,
-            self.microbatch,
-            config.dtype,
-            self.first,
-            self.last,
-            recompute=config.recompute,
+        self.actions = make_schedule(
+            spec.schedule, self.stages, self.microbatches, spec.virtual_stages
+        )[self.stage]
+        # Zero-bubble's actions run the backward's halves: compile them too.
+        split = any(action.kind in (INPUT_GRAD, WEIGHT_GRAD) for action in self.actions)
+        self.chunk_count = self.stages * spec.virtual_stages
+        self.chunks = [
+            compile_chunk(
+                self._chunk_graphs(layers, chunk * self.stages + self.stage),
+                chunk,
+                chunk * self.stages + self.stage,
+                self.chunk_count,
+                split,
+            )
+            for chunk, layers in enumerate(
+                chunk_layers(model, self.stages, spec.virtual_stages, self.stage)
+            )
+        ]
+        self.names = tuple(name for program in self.chunks for name in program.names)
+        # This device's variables: a tensor rank's are its shards.
+        shapes = shard_shapes(model.parameter_shapes(), self.split_plan, self.mesh.tp)
+        self.update = Executable(
+            tensor_shard_update_graph(optimizer, {n: shapes[n] for n in self.names}, config.dtype)
+            if self.split_plan
+            else build_update_graph(model, optimizer, config.dtype, self.names)
         )
-        self.names, self.stash = graphs.parameter_names, graphs.stash
-        self.forward, self.backward = Executable(graphs.forward), Executable(graphs.backward)
-        self.update = Executable(build_update_graph(model, optimizer, config.dtype, self.names))
         super().__init__(worker, optimizer, self.names)
-        shapes = model.parameter_shapes()
+        if self.split_plan:
+            self.state = shard_state(
+                self.state, self.split_plan, self.tensor, self.mesh.tp, self.arrays
+            )
         self.buckets = plan_buckets(
             {n: shapes[n] for n in self.names},
             np.dtype(config.dtype).itemsize,
             DEFAULT_BUCKET_BYTES,
         )
-        self.actions = make_schedule(spec.schedule, self.stages, self.microbatches)[self.stage]
         self.dtype = np.dtype(config.dtype).type
         if self.first or self.last:
             # The training set goes to the device once; each micro-batch gathers its rows there.
             self.inputs, self.labels = training_data(dataset, self.model, config.dtype, self.arrays)
+        # Hand-offs between two chunks of this device (a one-stage pipeline of several chunks).
+        self._local: dict[str, Any] = {}
         self.transport = PeerTransport(
             worker.run_id,
             self.rank,
@@ -119,10 +229,17 @@ class StageWorker(ResidentProgram):
             spec.stall_timeout,
             self.arrays,
         )
-        # The same stage on every replica: the group that averages this stage's gradients.
-        self.stage_group = SubgroupTransport(
-            self.transport, [r * self.stages + self.stage for r in range(self.replicas)]
+        # The same stage and tensor rank on every replica: the group that averages this
+        # device's gradients.
+        self.stage_group = SubgroupTransport(self.transport, self.mesh.data_group(self.rank))
+        # The tensor group's all-reduces, which the split graphs' all_reduce nodes call.
+        self.tensor_collectives = TensorCollectives(
+            SubgroupTransport(self.transport, self.mesh.tensor_group(self.rank)),
+            lambda: self.current_step,
+            self.clock,
         )
+        if self.split_plan:
+            self.state[COLLECTIVES] = self.tensor_collectives
         # Hybrid with --compression (top-k or PowerSGD): the stage group's all-reduce goes
         # through the codec, with this device's own error feedback.
         self.compression = parse_compression(spec.compression)
@@ -134,6 +251,31 @@ class StageWorker(ResidentProgram):
             1.0 / self.replicas,
             config.seed,
         )
+
+    def peer(self, stage: int) -> int:
+        """The rank of ``stage`` in this device's pipeline (same replica and tensor rank)."""
+        return self.mesh.rank(MeshPoint(self.replica, self.tensor, stage))
+
+    def _chunk_graphs(self, layers: range, model_chunk: int) -> StageGraphs:
+        """The graphs of model chunk ``model_chunk`` (``layers``) for this device's
+        micro-batches: where every chunk's graphs are built."""
+        return build_stage_graphs(
+            self.model,
+            layers,
+            self.microbatch,
+            self.config.dtype,
+            model_chunk == 0,
+            model_chunk == self.chunk_count - 1,
+            recompute=self.config.recompute,
+            forward_rewrite=self._tensor_split if self.split_plan else None,
+        )
+
+    def _tensor_split(self, graph: Graph) -> Graph:
+        """This tensor rank's program of a chunk's forward graph (its shards, and the
+        all-reduces that join their partial sums over the tensor group)."""
+        names = self.spec.worker.device_names
+        group = tuple(names[rank] for rank in self.mesh.tensor_group(self.rank))
+        return split_for_rank(graph, self.split_plan, self.tensor, self.mesh.tp, group)
 
     def clock(self) -> float:
         """Seconds since the run's origin, once this device's queued kernels have run (a GPU
@@ -148,9 +290,11 @@ class StageWorker(ResidentProgram):
             rows[microbatch_rows(self.replica_batch, microbatch, self.microbatches)]
         )
 
-    def _feeds(self, step: int, microbatch: int, stage_input) -> dict:
-        feeds = {STAGE_INPUT: stage_input}
-        if self.last:
+    def _feeds(self, step: int, program: ChunkProgram, microbatch: int) -> dict[str, Any]:
+        """What a chunk's programs read besides its input and what it kept: the labels (the
+        loss's chunk) and the dropout seed."""
+        feeds = {}
+        if program.last:
             feeds[LABELS] = self.labels[self._rows(step, microbatch)]
         if self.model.uses_dropout:
             # One stream per micro-batch, identical in the forward and the recomputation.
@@ -158,12 +302,76 @@ class StageWorker(ResidentProgram):
         return feeds
 
     def _phase(
-        self, events: list[PhaseEvent], phase: Phase, step: int, start: float, sent=0, received=0
+        self,
+        events: list[PhaseEvent],
+        phase: Phase,
+        step: int,
+        start: float,
+        sent=0,
+        received=0,
+        action: StageAction | None = None,
     ) -> None:
         path = self.transport.paths_taken() if sent or received else ""
+        label = "" if action is None else str(action)
+        end = self.clock()
+        if phase == Phase.COMPUTE:
+            # A tensor-split chunk's all-reduces ran inside its compute: each its own phase.
+            for begin, finish, out, into in self.tensor_collectives.take_calls():
+                events.append(PhaseEvent(self.device, phase, step, start, begin, action=label))
+                events.append(
+                    PhaseEvent(
+                        self.device,
+                        Phase.ALLREDUCE,
+                        step,
+                        begin,
+                        finish,
+                        out,
+                        into,
+                        self.transport.paths_taken(),
+                    )
+                )
+                start = finish
         events.append(
-            PhaseEvent(self.device, phase, step, start, self.clock(), sent, received, path)
+            PhaseEvent(self.device, phase, step, start, end, sent, received, path, action=label)
         )
+
+    def _send(
+        self, events: list[PhaseEvent], step: int, model_chunk: int, key: str, array: Any
+    ) -> None:
+        """Hand ``array`` to the device of ``model_chunk``, without waiting for delivery."""
+        peer = self.peer(model_chunk % self.stages)
+        if peer == self.rank:  # one stage holding every chunk: nothing travels
+            self._local[key] = array
+            return
+        start = self.clock()
+        self.transport.send_async(peer, key, array)
+        self.memory.hold("communication", array)  # until the flush
+        self._phase(events, Phase.SEND, step, start, array.nbytes)
+
+    def _receive(self, events: list[PhaseEvent], step: int, model_chunk: int, key: str) -> Any:
+        """What the device of ``model_chunk`` handed this device under ``key``."""
+        peer = self.peer(model_chunk % self.stages)
+        if peer == self.rank:
+            return self._local.pop(key)
+        start = self.clock()
+        array = self.transport.recv(peer, key)
+        self._phase(events, Phase.RECV, step, start, 0, array.nbytes)
+        return array
+
+    def _summed(
+        self, totals: dict[str, Any], out: dict[str, Any], names: tuple[str, ...]
+    ) -> dict[str, Any]:
+        """``totals`` with the gradients of ``names`` in ``out`` added (in place from the
+        second micro-batch on)."""
+        summed = dict(totals)
+        for name in names:
+            grad = out[gradient_name(name)]
+            if name in summed:
+                summed[name] += grad
+            else:
+                summed[name] = grad.copy()
+                self.memory.hold("gradients", summed[name])
+        return summed
 
     def run(self, first: int, count: int) -> StepReport:
         events: list[PhaseEvent] = []
@@ -175,67 +383,81 @@ class StageWorker(ResidentProgram):
             transport.step = self.current_step = step
             self.memory.begin(self.state)
             ledger = self.memory.ledger
-            stashed: dict[int, Any] = {}
-            kept: dict[int, dict[str, Any]] = {}  # forward values a micro-batch's backward reads
+            # By (local chunk, micro-batch): the stage input and the forward values its backward
+            # reads, from F until B (or I); then what W reads, from I until W.
+            held: dict[tuple[int, int], dict[str, Any]] = {}
+            waiting: dict[tuple[int, int], dict[str, Any]] = {}
             totals: dict[str, Any] = {}
             step_loss = 0.0
             for action in self.actions:
-                m = action.microbatch
+                program, m = self.chunks[action.chunk], action.microbatch
+                unit, k = (action.chunk, m), program.model_chunk
                 if action.kind == FORWARD:
-                    start = self.clock()
-                    if self.first:
+                    if program.first:
                         stage_input = self.inputs[self._rows(step, m)]
                     else:
-                        stage_input = transport.recv(self.rank - 1, f"s{step}/a{m}")
-                        self._phase(events, Phase.RECV, step, start, 0, stage_input.nbytes)
-                    stashed[m] = stage_input
-                    # Kept for this micro-batch's backward: the schedule decides how many.
-                    ledger.hold_array("activations", stage_input)
+                        stage_input = self._receive(events, step, k - 1, f"s{step}/a{m}@{k}")
                     start = self.clock()
                     with self.straggler.computing():
-                        feeds = self._feeds(step, m, stage_input)
-                        out = self.forward.run(feeds, self.state, self.xp, ledger=ledger)
-                    self._phase(events, Phase.COMPUTE, step, start)
-                    kept[m] = {key: out[key] for key in self.stash}
-                    for value in kept[m].values():
+                        feeds = {STAGE_INPUT: stage_input, **self._feeds(step, program, m)}
+                        out = program.forward.run(feeds, self.state, self.xp, ledger=ledger)
+                    self._phase(events, Phase.COMPUTE, step, start, action=action)
+                    # Kept for this micro-batch's backward: the schedule decides how many.
+                    held[unit] = {STAGE_INPUT: stage_input}
+                    held[unit].update((key, out[key]) for key in program.stash)
+                    for value in held[unit].values():
                         ledger.hold_array("activations", value)
-                    if self.last:
+                    if program.last:
                         step_loss += float(out["loss"]) / self.microbatches
                     else:
-                        start = self.clock()
-                        transport.send_async(self.rank + 1, f"s{step}/a{m}", out[ACTIVATION])
-                        self.memory.hold("communication", out[ACTIVATION])  # until the flush
-                        self._phase(events, Phase.SEND, step, start, out[ACTIVATION].nbytes)
-                else:
-                    feeds = {**self._feeds(step, m, stashed.pop(m)), **kept.pop(m)}
-                    if not self.last:
-                        start = self.clock()
-                        feeds[OUTPUT_GRADIENT] = transport.recv(self.rank + 1, f"s{step}/g{m}")
-                        self._phase(
-                            events, Phase.RECV, step, start, 0, feeds[OUTPUT_GRADIENT].nbytes
-                        )
-                        ledger.hold_array("communication", feeds[OUTPUT_GRADIENT])
+                        self._send(events, step, k + 1, f"s{step}/a{m}@{k + 1}", out[ACTIVATION])
+                    continue
+                if action.kind == WEIGHT_GRAD:
+                    kept = waiting.pop(unit)
+                    assert program.weight_gradient is not None  # compiled for a split schedule
                     start = self.clock()
                     with self.straggler.computing():
-                        out = self.backward.run(feeds, self.state, self.xp, ledger=ledger)
-                    ledger.release_array(feeds[STAGE_INPUT])  # the stashed input is done
-                    for key in self.stash:
-                        ledger.release_array(feeds[key])
-                    if not self.last:
-                        ledger.release_array(feeds[OUTPUT_GRADIENT])
-                    for name in self.names:
-                        grad = out[gradient_name(name)]
-                        if name in totals:
-                            totals[name] += grad
+                        feeds = {**self._feeds(step, program, m), **kept}
+                        out = program.weight_gradient.run(feeds, self.state, self.xp, ledger=ledger)
+                        totals = self._summed(totals, out, program.names)
+                    for value in kept.values():
+                        ledger.release_array(value)
+                    self._phase(events, Phase.COMPUTE, step, start, action=action)
+                    continue
+                # A whole backward or its input-gradient half: the gradient from the next chunk.
+                kept = held.pop(unit)
+                if not program.last:
+                    kept[OUTPUT_GRADIENT] = self._receive(events, step, k + 1, f"s{step}/g{m}@{k}")
+                    ledger.hold_array("communication", kept[OUTPUT_GRADIENT])
+                feeds = {**self._feeds(step, program, m), **kept}
+                if action.kind == BACKWARD:
+                    start = self.clock()
+                    with self.straggler.computing():
+                        out = program.backward.run(feeds, self.state, self.xp, ledger=ledger)
+                        totals = self._summed(totals, out, program.names)
+                    for value in kept.values():
+                        ledger.release_array(value)  # the stashed values are done
+                    self._phase(events, Phase.COMPUTE, step, start, action=action)
+                elif program.input_gradient is None:
+                    # The model's first chunk has no input gradient: its W does the backward.
+                    waiting[unit] = kept
+                    continue
+                else:
+                    start = self.clock()
+                    with self.straggler.computing():
+                        out = program.input_gradient.run(feeds, self.state, self.xp, ledger=ledger)
+                    # W's cotangents, and the stash entries W still reads, wait for W.
+                    waiting[unit] = {key: out[key] for key in program.kept}
+                    for value in waiting[unit].values():
+                        ledger.hold_array("activations", value)
+                    for key, value in kept.items():
+                        if key in program.weight_reads:
+                            waiting[unit][key] = value
                         else:
-                            totals[name] = grad.copy()
-                            self.memory.hold("gradients", totals[name])
-                    self._phase(events, Phase.COMPUTE, step, start)
-                    if not self.first:
-                        start = self.clock()
-                        transport.send_async(self.rank - 1, f"s{step}/g{m}", out[INPUT_GRADIENT])
-                        self.memory.hold("communication", out[INPUT_GRADIENT])  # until the flush
-                        self._phase(events, Phase.SEND, step, start, out[INPUT_GRADIENT].nbytes)
+                            ledger.release_array(value)
+                    self._phase(events, Phase.COMPUTE, step, start, action=action)
+                if not program.first:
+                    self._send(events, step, k - 1, f"s{step}/g{m}@{k - 1}", out[INPUT_GRADIENT])
             transport.flush()  # every activation and gradient of this step delivered
             if self.replicas > 1:
                 totals = self._average_over_replicas(step, totals, events)

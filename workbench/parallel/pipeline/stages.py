@@ -16,6 +16,14 @@ stash, the stage input and the gradient from the next stage. With ``--recompute 
 stash is every activation the backward reads; with ``full`` only the layers' boundaries, the
 rest recomputed in backward (GPipe's re-materialisation, per layer)
 (docs/guide/command-line.md, "Activation recomputation").
+
+Interleaved 1F1B splits the model into ``stages x virtual_stages`` chunks and gives device
+``s`` the model chunks ``s, s + P, s + 2P, ...`` (Megatron's interleaving): its local chunk
+``c`` is model chunk ``c * P + s`` (:func:`chunk_layers`). Zero-bubble (ZB-H1) splits a
+chunk's backward in two (:func:`split_backward`): the input-gradient half ``I`` (what the
+previous chunk waits for) and the weight-gradient half ``W`` (run later, in the bubble),
+cut from the same backward graph, so that ``I`` then ``W`` computes exactly what ``B`` does
+(docs/guide/command-line.md, "Pipeline schedules").
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ STAGE_INPUT, OUTPUT_GRADIENT, ACTIVATION, INPUT_GRADIENT = (
 )
 # The forward values a stage's backward reads are handed over under ``stash/<node>/<index>``.
 STASH = "stash"
+# The backward values a chunk's input-gradient half computes and its weight-gradient half reads
+# again are handed over under ``kept/<node>/<index>`` (kept from ``I`` until ``W``).
+KEPT = "kept"
 # The objective's output name in a graph handed to a forward rewrite.
 _OBJECTIVE = "objective"
 # Read again in backward from where they are (fed, constant or the device's variables).
@@ -87,6 +98,29 @@ def split_layers(model: Sequential, stages: int) -> list[range]:
         start = cut
     bounds.append(range(start, count))
     return bounds
+
+
+def chunk_layers(model: Sequential, stages: int, virtual_stages: int, stage: int) -> list[range]:
+    """The layers of device ``stage``'s chunks, by local chunk: the model split into
+    ``stages x virtual_stages`` chunks, local chunk ``c`` being model chunk
+    ``c * stages + stage`` (so that each micro-batch visits every device ``virtual_stages``
+    times, Megatron's interleaving). One virtual stage is the plain split.
+
+    Examples
+    --------
+    >>> from workbench.models import mlp
+    >>> model = mlp((8,), 2, (16, 16, 16))
+    >>> [[list(r) for r in chunk_layers(model, 2, 2, stage)] for stage in (0, 1)]
+    [[[0], [2]], [[1], [3]]]
+    """
+    chunks = split_layers(model, stages * virtual_stages)
+    return [chunks[chunk * stages + stage] for chunk in range(virtual_stages)]
+
+
+def chunks_per_device(schedule: str, virtual_stages: int) -> int:
+    """The model chunks a device holds: ``--virtual-stages`` under interleaved-1f1b, the only
+    schedule that interleaves; one under the others."""
+    return virtual_stages if schedule == "interleaved-1f1b" else 1
 
 
 @dataclass(frozen=True)
@@ -168,38 +202,88 @@ def build_stage_graphs(
     return StageGraphs(forward, backward, names, stash)
 
 
-def _cut(graph: Graph, ahead: tuple[str, ...], behind: tuple[str, ...]) -> tuple:
-    """(forward, backward, stash keys): the nodes the outputs ``ahead`` need, then the rest,
-    with each forward value the rest reads handed over as a stash feed (sources are read
-    again where they are)."""
+@dataclass(frozen=True)
+class SplitBackward:
+    """A chunk's backward in two halves (zero-bubble's ``I`` and ``W``). ``input_gradient``
+    computes the chunk's input gradient and hands over ``kept`` (the backward values the
+    weight half reads again); ``weight_gradient`` takes the backward's feeds it still reads
+    plus ``kept`` and computes the parameter gradients. On the model's first chunk there is
+    no input gradient: ``input_gradient`` is None and ``weight_gradient`` is the whole
+    backward."""
+
+    input_gradient: Graph | None
+    weight_gradient: Graph
+    kept: tuple[str, ...] = ()
+
+
+def split_backward(backward: Graph) -> SplitBackward:
+    """Cut a stage backward graph (:func:`build_stage_graphs`) into its input-gradient and
+    weight-gradient halves: ``I`` is every node the input gradient needs, ``W`` the rest,
+    reading the ``I`` values it needs as ``kept`` feeds. Each node runs once, in one half or
+    the other, on the same inputs as in the whole backward, so ``I`` then ``W`` computes
+    bit for bit what the backward computes. Under ``--recompute`` a recomputed forward value
+    is recomputed in ``I`` when the input gradient needs it (and kept for ``W`` if ``W`` reads
+    it too), in ``W`` otherwise: nothing is recomputed twice.
+
+    Examples
+    --------
+    >>> from workbench.models import mlp
+    >>> model = mlp((8,), 2, (16, 16))
+    >>> graphs = build_stage_graphs(model, range(1, 3), 4, "float64", False, True)
+    >>> halves = split_backward(graphs.backward)
+    >>> halves.kept  # the cotangents of the logits and of dense_1's pre-activation
+    ('kept/gradients/softmax_cross_entropy/mul_1/0', 'kept/gradients/dense_1/relu/relu_grad/0')
+    >>> sorted(halves.weight_gradient.outputs)
+    ['grad/dense_1/bias', 'grad/dense_1/kernel', 'grad/dense_2/bias', 'grad/dense_2/kernel']
+    >>> first = build_stage_graphs(model, range(0, 1), 4, "float64", True, False)
+    >>> split_backward(first.backward).input_gradient is None
+    True
+    """
+    if INPUT_GRADIENT not in backward.outputs:
+        return SplitBackward(None, backward)
+    weights = tuple(key for key in backward.outputs if key != INPUT_GRADIENT)
+    first, rest, kept = _cut(backward, (INPUT_GRADIENT,), weights, KEPT)
+    return SplitBackward(first, rest, kept)
+
+
+def _cut(
+    graph: Graph, ahead: tuple[str, ...], behind: tuple[str, ...], prefix: str = STASH
+) -> tuple:
+    """(first, rest, handed keys): the nodes the outputs ``ahead`` need, then the rest, with
+    each value of the first that the rest reads (or outputs) handed over as a feed named
+    ``<prefix>/<node>/<index>`` (sources are read again where they are)."""
     forward = extract(graph, [graph.outputs[key].node for key in ahead])
     done = {node.name for node in forward.nodes}
     handed: dict[Value, Value] = {}
     copied: dict[str, Node] = {}
+
+    def read(value: Value) -> Value:
+        """``value`` as the rest reads it: itself, a source copied over, or a handed feed."""
+        if value.node not in done:
+            return value
+        source = graph.node(value.node)
+        if source.op in _SOURCES:
+            copied.setdefault(source.name, source)
+        elif value not in handed:
+            name = f"{prefix}/{value.node}/{value.index}"
+            handed[value] = Value(name)
+            kind = graph.type_of(value)
+            attrs = {"shape": kind.shape, "dtype": kind.dtype}
+            copied[name] = Node(name, "placeholder", (), attrs, (kind,))
+        return handed.get(value, value)
+
     nodes: list[Node] = []
     for node in graph.nodes:
         if node.name in done:
             continue
-        inputs = []
-        for value in node.inputs:
-            if value.node in done:
-                source = graph.node(value.node)
-                if source.op in _SOURCES:
-                    copied.setdefault(source.name, source)
-                elif value not in handed:
-                    name = f"{STASH}/{value.node}/{value.index}"
-                    handed[value] = Value(name)
-                    kind = graph.type_of(value)
-                    attrs = {"shape": kind.shape, "dtype": kind.dtype}
-                    copied[name] = Node(name, "placeholder", (), attrs, (kind,))
-                value = handed.get(value, value)
-            inputs.append(value)
-        # Forward nodes have run before any backward one: nothing to wait for there.
+        inputs = tuple(read(value) for value in node.inputs)
+        # The first part has run before any node of the rest: nothing to wait for there.
         waits = tuple(name for name in node.control_inputs if name not in done)
-        nodes.append(node.replace(inputs=tuple(inputs), control_inputs=waits))
+        nodes.append(node.replace(inputs=inputs, control_inputs=waits))
+    outputs = {key: read(graph.outputs[key]) for key in behind}
     order = {node.name: position for position, node in enumerate(graph.nodes)}
     ordered = sorted(handed, key=lambda value: (order[value.node], value.index))
     stash = {handed[value].node: value for value in ordered}
     forward = Graph(forward.nodes, {**{k: graph.outputs[k] for k in ahead}, **stash})
-    backward = Graph((*copied.values(), *nodes), {key: graph.outputs[key] for key in behind})
+    backward = Graph((*copied.values(), *nodes), outputs)
     return forward, prune(backward), tuple(stash)
