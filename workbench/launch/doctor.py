@@ -197,6 +197,14 @@ def smoke_runs(request: DoctorRequest) -> list[SmokeRun]:
         "parameter-server": {"ps": 1},
         "pipeline": {"stages": devices},
         "hybrid": {"stages": devices // 2 if devices >= 4 and devices % 2 == 0 else 1},
+        # Tensor ranks inside pipeline stages (the stage workers' split, not tensor-parallel's
+        # partitioned graph), under the split-backward schedule.
+        "mesh": (
+            {"mesh": f"dp=1,tp=2,pp={devices // 2}", "schedule": "zero-bubble"}
+            if devices % 2 == 0
+            else {"mesh": f"dp={devices},tp=1,pp=1"}
+        ),
+        "tensor-parallel": {"tp": devices},
     }
     names = list(request.strategies or STRATEGIES.names())
     if any(name != "one-device" for name in names):
