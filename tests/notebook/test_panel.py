@@ -118,6 +118,7 @@ def test_the_form_starts_a_run_and_shows_its_panel(shell):
         "stages",
         "micro-batches",
         "schedule",
+        "virtual stages",
     ]
     form.fields["--strategy"].value = "one-device"
     run = form.start()
