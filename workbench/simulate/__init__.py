@@ -17,8 +17,8 @@ clocks, no I/O: the same inputs give the same timeline, so tests are literal.
   reduce-to-one, and ``concat_programs`` to chain programs; ``push_pull``: central storage
   and parameter servers; ``lockstep_ring``: a ring simulated for all ranks at once, so
   thousands of devices take seconds.
-- ``pipeline_programs``: a pipeline step from a GPipe or 1F1B schedule, its bubble and peak
-  micro-batches in flight.
+- ``pipeline_programs``: a pipeline step from its schedule's action lists (GPipe, 1F1B,
+  interleaved, zero-bubble), its bubble and peak micro-batches in flight.
 - ``clusters`` and ``cluster_text``: described clusters (presets, ``--what-if-cluster``).
 """
 

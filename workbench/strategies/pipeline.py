@@ -55,7 +55,10 @@ def check_schedule(options: PipelineOptions) -> None:
 
 class Pipeline(ClusterStrategy):
     name = "pipeline"
-    description = "layers in stages on devices, micro-batches scheduled by GPipe or 1F1B"
+    description = (
+        "layers in stages on devices, micro-batches scheduled by GPipe, 1F1B, interleaved 1F1B "
+        "or zero-bubble"
+    )
     # Typed as the base's, so that hybrid, a pipeline with one more option, may extend them.
     options: ClassVar[tuple[Option, ...]] = (STAGES, MICROBATCHES, SCHEDULE, VIRTUAL_STAGES)
     options_type: ClassVar[type[StrategyOptions]] = PipelineOptions

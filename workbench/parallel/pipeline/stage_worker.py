@@ -49,8 +49,8 @@ from workbench.parallel.pipeline.mesh_stage import (
     TensorCollectives,
     shard_shapes,
     shard_state,
-    tensor_shard_update_graph,
     stage_plans,
+    tensor_shard_update_graph,
 )
 from workbench.parallel.pipeline.schedules import (
     BACKWARD,
