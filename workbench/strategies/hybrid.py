@@ -106,4 +106,10 @@ class Hybrid(Pipeline):
                 f"the global batch {config.batch_size} must divide evenly into "
                 f"{replicas} replicas x {options.microbatches} micro-batches",
             )
-        check_schedule(options)
+        check_schedule(
+            options.schedule,
+            options.microbatches,
+            options.virtual_stages,
+            options.stages,
+            "--stages ",
+        )

@@ -34,6 +34,7 @@ from workbench.strategies.options import (
     VIRTUAL_STAGES,
     MeshOptions,
 )
+from workbench.strategies.pipeline import check_schedule
 from workbench.training.job import TrainingJob
 
 
@@ -81,21 +82,9 @@ class Mesh(ClusterStrategy):
                 f"{mesh.dp} replicas (--mesh dp) x {options.microbatches} micro-batches "
                 "(--microbatches)",
             )
-        interleaved = options.schedule == "interleaved-1f1b"
-        # The default cannot be told from a value given: only another one is refused.
-        if not interleaved and options.virtual_stages != VIRTUAL_STAGES.default:
-            raise ConfigError(
-                "--virtual-stages",
-                f"applies only with {VIRTUAL_STAGES.applies_with} (the schedule is "
-                f"{options.schedule}, one model chunk per device)",
-            )
-        if interleaved and options.microbatches % mesh.pp:
-            raise ConfigError(
-                "--microbatches",
-                f"interleaved-1f1b sends micro-batches round the {mesh.pp} stages in groups "
-                f"of {mesh.pp}: --microbatches {options.microbatches} must be a multiple of "
-                f"pp={mesh.pp}",
-            )
+        check_schedule(
+            options.schedule, options.microbatches, options.virtual_stages, mesh.pp, "pp="
+        )
 
     def check_model(self, config: RunConfig, model: Sequential) -> None:
         """Refuse, before any cluster work, a model with fewer layers than the mesh's model

@@ -31,25 +31,28 @@ from workbench.strategies.options import (
 from workbench.training.job import TrainingJob
 
 
-def check_schedule(options: PipelineOptions) -> None:
-    """The schedule's own rules (pipeline and hybrid): ``--virtual-stages`` interleaves only
-    under interleaved-1f1b, which takes micro-batches in groups of ``--stages`` (Megatron's
-    rule). Zero-bubble asks nothing more: every stage's backward splits into its input- and
-    weight-gradient halves (:func:`workbench.parallel.pipeline.stages.split_backward`)."""
-    interleaved = options.schedule == "interleaved-1f1b"
+def check_schedule(
+    schedule: str, microbatches: int, virtual_stages: int, stages: int, stages_flag: str
+) -> None:
+    """The schedule's own rules (pipeline, hybrid and the mesh): ``--virtual-stages``
+    interleaves only under interleaved-1f1b, which takes micro-batches in groups of the
+    ``stages`` (Megatron's rule; ``stages_flag`` names them in the message: ``--stages``, the
+    mesh's ``pp=``). Zero-bubble asks nothing more: every stage's backward splits into its
+    input- and weight-gradient halves
+    (:func:`workbench.parallel.pipeline.stages.split_backward`)."""
+    interleaved = schedule == "interleaved-1f1b"
     # The default cannot be told from a value given: only another one is refused.
-    if not interleaved and options.virtual_stages != VIRTUAL_STAGES.default:
+    if not interleaved and virtual_stages != VIRTUAL_STAGES.default:
         raise ConfigError(
             "--virtual-stages",
             f"applies only with {VIRTUAL_STAGES.applies_with} (the schedule is "
-            f"{options.schedule}, one model chunk per device)",
+            f"{schedule}, one model chunk per device)",
         )
-    if interleaved and options.microbatches % options.stages:
+    if interleaved and microbatches % stages:
         raise ConfigError(
             "--microbatches",
-            f"interleaved-1f1b takes micro-batches in groups of the {options.stages} stages: "
-            f"--microbatches {options.microbatches} must be a multiple of --stages "
-            f"{options.stages}",
+            f"interleaved-1f1b takes micro-batches in groups of the {stages} stages: "
+            f"--microbatches {microbatches} must be a multiple of {stages_flag}{stages}",
         )
 
 
@@ -83,7 +86,13 @@ class Pipeline(ClusterStrategy):
                 f"the global batch {config.batch_size} must divide evenly into "
                 f"{options.microbatches} micro-batches",
             )
-        check_schedule(options)
+        check_schedule(
+            options.schedule,
+            options.microbatches,
+            options.virtual_stages,
+            options.stages,
+            "--stages ",
+        )
 
     def check_model(self, config: RunConfig, model: Sequential) -> None:
         """Refuse, before any cluster work, a model with fewer layers than stages (or than
