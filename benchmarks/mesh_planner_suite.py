@@ -23,6 +23,7 @@ lowest predicted step) among the two fastest measured.
 from __future__ import annotations
 
 import argparse
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -32,12 +33,23 @@ from benchmarks.flags import AddFlags, Run, settings_from
 from benchmarks.report import median_span, table, verdict
 from benchmarks.suite import Progress, Result
 from workbench.config import RunConfig
+from workbench.events import PhaseEvent
+from workbench.events.summary import warmup_steps
 from workbench.launch.runner import run_training
 
 PART = "meshes"
 CLOSE, SHARE_CLOSE, PICK_AMONG = 0.20, 0.80, 2
 MODEL: dict[str, Any] = {"model": "mlp", "dataset": "synthetic", "hidden": (512, 512, 512)}
 PIPELINE_MICROBATCHES = 4
+# The measured phases by what they are (a tensor group's all-reduces and a data group's share
+# the ``allreduce`` phase; a stage's hand-offs are its sends and receives).
+PHASES = {
+    "compute": "compute",
+    "allreduce": "all-reduce",
+    "send": "hand-offs",
+    "recv": "hand-offs",
+    "update": "update",
+}
 
 
 def _mesh(devices: int, mesh: str) -> dict[str, Any]:
@@ -109,14 +121,32 @@ def run_config(settings: MeshPlannerSettings, configuration: Mapping[str, Any]) 
     )
 
 
-def _run(settings: MeshPlannerSettings, configuration: Mapping[str, Any]) -> dict[str, float]:
+def _run(settings: MeshPlannerSettings, configuration: Mapping[str, Any]) -> dict[str, Any]:
     with own_run_store():
-        summary = run_training(run_config(settings, configuration), progress=lambda _: None).summary
-    return {"predicted": summary["predicted_step_ms"], "measured": summary["measured_step_ms"]}
+        result = run_training(run_config(settings, configuration), progress=lambda _: None)
+    return {
+        "predicted": result.summary["predicted_step_ms"],
+        "measured": result.summary["measured_step_ms"],
+        "phases": phases_ms(result.log.phases()),
+    }
+
+
+def phases_ms(events: Sequence[PhaseEvent]) -> dict[str, float]:
+    """Milliseconds a device spends per steady step (warm-up excluded) in each kind of phase,
+    the mean over devices: where the measured step went, beside the planner's parts."""
+    steps = sorted({event.step for event in events})
+    steady = set(steps[warmup_steps(len(steps)) :])
+    devices = {event.device for event in events}
+    totals = dict.fromkeys(PHASES.values(), 0.0)
+    for event in events:
+        if event.step in steady and str(event.phase) in PHASES:
+            totals[PHASES[str(event.phase)]] += event.duration
+    count = max(len(steady) * len(devices), 1)
+    return {name: 1e3 * seconds / count for name, seconds in totals.items()}
 
 
 def run_mesh_planner_suite(settings: MeshPlannerSettings, progress: Progress) -> Result:
-    runs: dict[int, list[dict[str, float]]] = {}
+    runs: dict[int, list[dict[str, Any]]] = {}
     for repeat in range(settings.repeats):
         for index, configuration in enumerate(CONFIGURATIONS):
             progress(
@@ -134,16 +164,18 @@ def run_mesh_planner_suite(settings: MeshPlannerSettings, progress: Progress) ->
 def summarize(
     settings: Mapping[str, Any],
     configurations: Sequence[Mapping[str, Any]],
-    runs: Mapping[int, Sequence[Mapping[str, float]]],
+    runs: Mapping[int, Sequence[Mapping[str, Any]]],
 ) -> Result:
     """The suite's result from each configuration's runs (``runs[index]``: the ``predicted``
-    and ``measured`` step ms of each repeat): a row per configuration with its medians, error
-    and ranks among its device count, the share within 20%, and each device count's ranking."""
+    and ``measured`` step ms of each repeat, and where given its measured ``phases``): a row
+    per configuration with its medians, error and ranks among its device count, the share
+    within 20%, and each device count's ranking."""
     rows = []
     for index, results in sorted(runs.items()):
         predicted = spread([r["predicted"] for r in results])
         measured = spread([r["measured"] for r in results])
         error = predicted["median"] / measured["median"] - 1
+        phases = [r["phases"] for r in results if "phases" in r]
         rows.append(
             {
                 **configurations[index],
@@ -152,6 +184,11 @@ def summarize(
                 "measured_ms": measured,
                 "error": error,
                 "within_close": abs(error) <= CLOSE,
+                "phases_ms": {
+                    name: statistics.median(p[name] for p in phases) for name in phases[0]
+                }
+                if phases
+                else {},
             }
         )
     rankings = [_ranking(devices, rows) for devices in sorted({row["devices"] for row in rows})]
@@ -270,4 +307,25 @@ def render(result: Result) -> str:
             f"among the fastest {PICK_AMONG}): {verdict(ranking['met'])}; fastest measured "
             f"{ranking['measured_order'][0]}"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, *_phases_table(result["rows"])])
+
+
+def _phases_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Where each measured step went (ms per device and step, the mean over devices)."""
+    names = sorted({name for row in rows for name in row["phases_ms"]}, key=_PHASE_ORDER.index)
+    if not names:
+        return []
+    cells = [
+        (
+            row["devices"],
+            row["label"],
+            f"{row['measured_ms']['median']:.2f}",
+            *(f"{row['phases_ms'].get(name, 0.0):.2f}" for name in names),
+        )
+        for row in rows
+    ]
+    columns = ("devices", "mesh, schedule", "measured step ms", *(f"{n} ms" for n in names))
+    return ["", *table(columns, "rl" + "r" * (len(names) + 1), cells)]
+
+
+_PHASE_ORDER = list(dict.fromkeys(PHASES.values()))

@@ -11,6 +11,7 @@ import pytest
 from benchmarks import machine, planner_suite
 from benchmarks import mesh_planner_suite as suite
 from benchmarks.command import bench_command
+from workbench.events import Phase, PhaseEvent
 from workbench.models import build_model
 from workbench.strategies.registry import STRATEGIES
 from workbench.strategies.validation import validate_config
@@ -125,6 +126,32 @@ def test_the_report_shows_the_table_the_share_and_the_picks():
     assert "- within 20%: 5 of 7 configurations (71%; target 80%): NOT met" in text
     assert "- 2 devices: the planner's pick dp=1,tp=1,pp=2 gpipe M=4 is measured #3 of 4" in text
     assert "- 4 devices: the planner's pick dp=4,tp=1,pp=1 is measured #2 of 3" in text
+
+
+def test_the_measured_phases_are_per_device_and_steady_step_and_shown_beside_the_step():
+    # 2 devices, 11 steps (the first is warm-up): each steady step device a computes 2 ms
+    # in two pieces and sends 1 ms; device b receives 3 ms; the warm-up step's 50 ms is left out.
+    events = [PhaseEvent("a", Phase.COMPUTE, 0, 0.0, 0.05), PhaseEvent("b", Phase.RECV, 0, 0, 0.05)]
+    for step in range(1, 11):
+        events += [
+            PhaseEvent("a", Phase.COMPUTE, step, 0.0, 0.001),
+            PhaseEvent("a", Phase.COMPUTE, step, 0.002, 0.003),
+            PhaseEvent("a", Phase.SEND, step, 0.001, 0.002),
+            PhaseEvent("b", Phase.RECV, step, 0.0, 0.003),
+        ]
+    phases = suite.phases_ms(events)
+    assert phases == pytest.approx(
+        {"compute": 1.0, "all-reduce": 0.0, "hand-offs": 2.0, "update": 0.0}
+    )
+    runs = {
+        index: [{"predicted": p, "measured": m, "phases": phases} for p, m in results]
+        for index, results in RUNS.items()
+    }
+    result = suite.summarize(SETTINGS, CONFIGURATIONS, runs)
+    assert result["rows"][0]["phases_ms"] == pytest.approx(phases)
+    text = suite.render(result)
+    assert "| devices | mesh, schedule | measured step ms | compute ms | all-reduce ms |" in text
+    assert "| 2 | dp=2,tp=1,pp=1 | 10.00 | 1.00 | 0.00 | 2.00 | 0.00 |" in text
 
 
 def test_the_planner_suite_runs_and_renders_the_mesh_part_with_meshes(monkeypatch):
