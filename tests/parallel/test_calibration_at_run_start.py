@@ -6,7 +6,7 @@ import pytest
 
 from workbench.calibration.probe import time_graph_nodes
 from workbench.config import RunConfig
-from workbench.costs import STAGE_HANDOFF, Calibration, collective_key
+from workbench.costs import STAGE_HANDOFF, TENSOR_ALLREDUCE, Calibration, collective_key
 from workbench.launch.runner import run_training
 from workbench.models import build_model
 from workbench.optim import make_optimizer
@@ -50,6 +50,32 @@ def test_a_run_reports_its_predicted_step_and_caches_its_calibration(store_root)
     (reused,) = calibrations(store_root)
     assert reused.measured_seconds < cached.measured_seconds + 0.01
     assert reused.links == cached.links and reused.collectives == cached.collectives
+
+
+@pytest.mark.integration
+def test_a_mesh_run_times_its_tensor_groups_and_hand_offs_as_its_devices_run_them(store_root):
+    """On tp=2 x pp=2 each stage's two tensor ranks sum their partial results inside every
+    forward and backward, both groups at once, each rank computing before each sum; and
+    each tensor rank hands its micro-batches to the same tensor rank of the next stage: each
+    is timed so, and the prediction plays these times instead of the ring's messages."""
+    mesh = {"strategy": "mesh", "devices": 4, "mesh": "dp=1,tp=2,pp=2", "hidden": (32, 32, 32)}
+    run = RunConfig(**{**RUN, **mesh})
+    result = run_training(run, progress=lambda line: None)
+    (cached,) = calibrations(store_root)
+    d = list(cached.devices)
+    groups = [[d[0], d[1]], [d[2], d[3]]]
+    handoffs = [[d[0], d[2]], [d[2], d[0]], [d[1], d[3]], [d[3], d[1]]]
+    assert set(cached.collectives) == {
+        collective_key(TENSOR_ALLREDUCE, group) for group in groups
+    } | {collective_key(STAGE_HANDOFF, pair) for pair in handoffs}
+    for fit in cached.collectives.values():
+        assert 0 <= fit.latency < 1.0 and fit.bandwidth > 0
+    # Stage 1's tensor all-reduces take their measured time: no ring chunk on the wire.
+    reduced = result.prediction.timeline.of(d[2], "allreduce")
+    measured = cached.collectives[collective_key(TENSOR_ALLREDUCE, groups[1])]
+    sums = [i for i in reduced if i.kind == "compute"]
+    assert sums and not any(i.sent for i in reduced)
+    assert all(i.duration >= measured.latency for i in sums)
 
 
 @pytest.mark.integration

@@ -13,8 +13,9 @@ what-if table needs measured lives one layer up, beside the strategies whose opt
   a replica runs them;
 - :mod:`workbench.calibration.exchange_probe`: a parameter-server worker's pulls and pushes
   timed as the workers run them;
-- :mod:`workbench.calibration.stage_groups_probe`: a hybrid mesh's stage all-reduces (every
-  stage group at once) and its hand-offs between busy stages, timed as its stages run them;
+- :mod:`workbench.calibration.mesh_groups_probe`: a mesh's data all-reduces (every group at
+  once), its tensor all-reduces between computes and its hand-offs between busy stages, timed
+  as its devices run them;
 - :mod:`workbench.costs.calibration`: the record (:class:`~workbench.costs.Calibration`), its
   fits, merging and JSON, with no clocks and no I/O;
 - :mod:`workbench.launch.calibrate`: ``dtrain calibrate`` and the what-if table's

@@ -385,6 +385,9 @@ def _chunk_report(device: str, first: int, count: int) -> StepReport:
     return {"events": events, "losses": [(step, 0.0) for step in range(first, first + count)]}
 
 
+DISPATCH_ROUNDS = 5  # rounds of tasks whose median is the dispatch's time
+
+
 def measure_dispatch(
     session: ClusterSession, steps_per_task: int, repeats: int = 1, warmed: bool = False
 ) -> float:
@@ -572,7 +575,10 @@ def calibrate_session(
     if wires_wanted:
         calibration.link_sizes = tuple(link_sizes)
     if known is None or not known.dispatch_seconds:
-        calibration.dispatch_seconds = measure_dispatch(session, steps_per_task, warmed=True)
+        # Several rounds: one round's time swings with whatever else the host ran meanwhile.
+        calibration.dispatch_seconds = measure_dispatch(
+            session, steps_per_task, repeats=DISPATCH_ROUNDS, warmed=True
+        )
     calibration.measured_seconds = time.perf_counter() - start
     return known.merged(calibration) if known is not None else calibration
 

@@ -8,6 +8,7 @@ under, live here too.
 
 from workbench.costs.calibration import (
     STAGE_HANDOFF,
+    TENSOR_ALLREDUCE,
     Calibration,
     LinkFit,
     collective_key,
@@ -24,6 +25,7 @@ from workbench.costs.op_costs import (
 
 __all__ = [
     "STAGE_HANDOFF",
+    "TENSOR_ALLREDUCE",
     "CalibratedCostModel",
     "Calibration",
     "CostModel",

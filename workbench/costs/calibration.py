@@ -83,10 +83,14 @@ def link_key(source: str, destination: str, wire: str = "peer") -> str:
     return f"{source} -> {destination}" + ("" if wire == "peer" else f" [{wire}]")
 
 
-# A send between neighbouring stages of a hybrid mesh, timed with both stages and the mesh's
-# other devices computing (workbench.calibration.stage_groups_probe), stored like a collective
-# over its two devices.
+# A send between neighbouring stages of a mesh, timed with both stages and the mesh's other
+# devices computing (workbench.calibration.mesh_groups_probe), stored like a collective over
+# its two devices.
 STAGE_HANDOFF = "stage-handoff"
+# A tensor group's all-reduce of partial results, timed with each rank computing before it and
+# every tensor group at once (workbench.calibration.mesh_groups_probe): a ring over the group,
+# stored apart from a data group's ``ring`` (a gradient bucket's, timed without compute between).
+TENSOR_ALLREDUCE = "tensor-allreduce"
 
 
 def collective_key(

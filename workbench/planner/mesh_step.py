@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workbench.config import RunConfig
-from workbench.costs import STAGE_HANDOFF, estimate_bytes, estimate_flops
+from workbench.costs import STAGE_HANDOFF, TENSOR_ALLREDUCE, estimate_bytes, estimate_flops
 from workbench.ir import Graph
 from workbench.ir.liveness import LiveBytes, live_bytes
 from workbench.ir.memory import CATEGORIES
@@ -46,6 +46,7 @@ from workbench.parallel.pipeline.stages import (
 from workbench.passes.tensor_split import REPLICATED, SplitPlan, shard_shape, split_for_rank
 from workbench.planner.device_costs import DeviceCosts, RooflineCostModel
 from workbench.planner.graph_segments import FREE_OPS
+from workbench.planner.measured_collectives import measured_allreduce
 from workbench.planner.mesh_rings import ring_seconds
 from workbench.simulate import (
     Action,
@@ -409,8 +410,15 @@ class MeshCosting:
             self._ranked = (list(devices), {device: r for r, device in enumerate(devices)})
         return self._ranked[1]
 
-    def ring(self, devices: Sequence[str], nbytes: int, link_of: LinkModel) -> float:
-        """A ring all-reduce's seconds over ``devices`` (kept per group and size)."""
+    def ring(
+        self, devices: Sequence[str], nbytes: int, link_of: LinkModel, kind: str = "ring"
+    ) -> float:
+        """A ring all-reduce's seconds over ``devices`` (kept per group and size): as
+        calibration timed the group's ``kind`` (a data group's ``ring``, a tensor group's
+        ``TENSOR_ALLREDUCE``) where it did, else its steps played on the links."""
+        measured = self.costs.measured_collective(kind, devices)
+        if measured is not None:
+            return measured.seconds(nbytes)
         key = (tuple(devices), nbytes)
         if key not in self._rings:
             self._rings[key] = ring_seconds(
@@ -654,19 +662,14 @@ def _action(
             actions.append(Compute(seconds, label))
         if not nbytes:
             continue
-        if every and len(group) > 1:
-            ring = ring_allreduce_programs(
-                group,
-                nbytes,
-                costing.costs.add_seconds_per_byte,
-                f"{ring_key}/{label}/tp{index}",
-                RingOptions(itemsize=costing.itemsize),
-            )
-            actions += ring[here]
-        ring_time = costing.ring(group, nbytes, link)
+        ring_time = costing.ring(group, nbytes, link, TENSOR_ALLREDUCE)
         spent += ring_time
         reduced += nbytes
-        if not every:
+        if every and len(group) > 1:
+            actions += _group_allreduce(
+                group, here, nbytes, costing, TENSOR_ALLREDUCE, f"{ring_key}/{label}/tp{index}"
+            )
+        else:
             actions.append(Compute(ring_time, TENSOR, phase="allreduce", cpu=False))
     if kind == "F" and model_chunk < chunk_count - 1:
         target = device_of((model_chunk + 1) % stages)
@@ -691,12 +694,25 @@ def _data_allreduce(
     if len(group) < 2 or nbytes == 0:
         return []
     if every:
-        return ring_allreduce_programs(
-            group,
-            nbytes,
-            costing.costs.add_seconds_per_byte,
-            f"dp/{key}",
-            RingOptions(itemsize=costing.itemsize),
-        )[device]
+        return _group_allreduce(group, device, nbytes, costing, "ring", f"dp/{key}")
     seconds = costing.ring(group, nbytes, link)
     return [Compute(seconds, DATA, phase="allreduce", cpu=False)]
+
+
+def _group_allreduce(
+    group: list[str], device: str, nbytes: int, costing: MeshCosting, kind: str, key: str
+) -> list[Action]:
+    """``device``'s part of its group's all-reduce of ``nbytes`` when every device plays:
+    the group meets and spends the time calibration measured for its ``kind`` where it did
+    (as the mesh's devices run it: waits for cores included), else the ring's steps on the
+    links."""
+    measured = costing.costs.measured_collective(kind, group)
+    if measured is not None:
+        return measured_allreduce(measured, nbytes, group, key, phase="allreduce")[device]
+    return ring_allreduce_programs(
+        group,
+        nbytes,
+        costing.costs.add_seconds_per_byte,
+        key,
+        RingOptions(itemsize=costing.itemsize),
+    )[device]

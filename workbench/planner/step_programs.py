@@ -724,7 +724,7 @@ def hybrid_step(
 
     def mesh_link(source: str, destination: str) -> Link:
         # Along a replica: the stages' activations, as timed between busy stages where
-        # calibration did (workbench.calibration.stage_groups_probe); along a stage: its ring.
+        # calibration did (workbench.calibration.mesh_groups_probe); along a stage: its ring.
         if stage_of[source] == stage_of[destination]:
             return costs.ring_link(source, destination)
         handoff = costs.measured_collective(STAGE_HANDOFF, [source, destination])

@@ -7,21 +7,17 @@ pipeline's (:mod:`workbench.parallel.pipeline.stage_worker`)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import numpy as np
-
 from workbench.calibration.run_start import RunCalibration
-from workbench.calibration.stage_groups_probe import measure_mesh, neighbours, stage_groups
 from workbench.config import ConfigError, RunConfig
-from workbench.costs import STAGE_HANDOFF, collective_key
 from workbench.events import EventLog
-from workbench.parallel.collectives import DEFAULT_BUCKET_BYTES
 from workbench.parallel.collectives.compression import compression_summary, parse_compression
-from workbench.parallel.pipeline.stages import split_layers
+from workbench.parallel.mesh import MeshShape
+from workbench.parallel.pipeline.stages import chunks_per_device
 from workbench.runtime.cluster import ClusterSession
 from workbench.strategies.cluster_strategy import Known, Progress
+from workbench.strategies.mesh_exchanges import mesh_exchanges
 from workbench.strategies.options import COMPRESSION, HybridOptions
 from workbench.strategies.pipeline import Pipeline, check_schedule
 from workbench.training.job import TrainingJob
@@ -38,39 +34,19 @@ class Hybrid(Pipeline):
     def _calibrated(
         self, job: TrainingJob, session: ClusterSession, progress: Progress, so_far: Known
     ) -> RunCalibration:
-        """Besides nodes and links, the stage all-reduces as the mesh runs them: every stage
-        group at once, on more devices than a CPU host may have cores (then cached), for the
-        planner's prediction."""
+        """Besides nodes and links, the stage all-reduces and the hand-offs as the mesh runs
+        them: every stage group at once, on more devices than a CPU host may have cores (then
+        cached), for the planner's prediction."""
         so_far = super()._calibrated(job, session, progress, so_far)
-        config = job.config
-        stages = config.options_of(HybridOptions).stages
-        names = session.device_names
-        options = config.options_of(HybridOptions)
-        keys = [
-            collective_key("ring", [names[rank] for rank in group])
-            for group in stage_groups(len(names), stages)
-        ] + [
-            collective_key(STAGE_HANDOFF, [names[rank] for rank in pair])
-            for first, second in neighbours(len(names), stages)
-            for pair in ((first, second), (second, first))
-        ]
-        model = job.model
-        itemsize = np.dtype(config.dtype).itemsize
-        gradient_bytes = sum(math.prod(s) for s in model.parameter_shapes().values()) * itemsize
-        micro = config.batch_size // (len(names) // stages) // options.microbatches
-        boundaries = split_layers(model, stages)[:-1]
-        # A one-stage mesh (replicas only) hands nothing on.
-        handoff_bytes = itemsize * max(
-            (micro * math.prod(model.shapes[b.stop]) for b in boundaries), default=0
+        options = job.config.options_of(HybridOptions)
+        replicas = len(session.device_names) // options.stages
+        keys, measure = mesh_exchanges(
+            job,
+            session,
+            MeshShape(dp=replicas, pp=options.stages),
+            options.microbatches,
+            chunks_per_device(options.schedule, options.virtual_stages),
         )
-
-        def measure(missing: list[str]) -> dict:
-            reduce_bytes = min(DEFAULT_BUCKET_BYTES, gradient_bytes)
-            fits = measure_mesh(
-                session, stages, reduce_bytes, handoff_bytes, stall_timeout=config.stall_timeout
-            )
-            return {"collectives": fits}
-
         return self._measure_more(job, session, progress, keys, measure, so_far)
 
     def summary_fields(

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from workbench.calibration.run_start import RunCalibration
 from workbench.config import ConfigError, RunConfig
 from workbench.events import EventLog, bubble_fraction
 from workbench.models import Sequential
@@ -26,7 +27,9 @@ from workbench.parallel.pipeline.stage_worker import StageSpec, setup_stage
 from workbench.parallel.pipeline.stages import StageError, chunks_per_device, split_layers
 from workbench.parallel.resident_steps import run_resident_steps
 from workbench.parallel.worker_spec import make_worker_spec
-from workbench.strategies.cluster_strategy import ClusterStrategy, PlanContext
+from workbench.runtime.cluster import ClusterSession
+from workbench.strategies.cluster_strategy import ClusterStrategy, Known, PlanContext, Progress
+from workbench.strategies.mesh_exchanges import mesh_exchanges
 from workbench.strategies.options import (
     MESH,
     MICROBATCHES,
@@ -62,6 +65,20 @@ class Mesh(ClusterStrategy):
     options_type = MeshOptions
     planning = "workbench.planner.strategy_planning:MESH"
     wires = ("peer", "ring")  # stage activations; the tensor and data groups' rings
+
+    def _calibrated(
+        self, job: TrainingJob, session: ClusterSession, progress: Progress, so_far: Known
+    ) -> RunCalibration:
+        """Besides nodes and links, the mesh's exchanges as its devices run them (every data
+        group's all-reduces at once, every tensor group's between computes, the hand-offs
+        between busy stages), on more devices than a CPU host may have cores (then cached),
+        for the planner's prediction."""
+        so_far = super()._calibrated(job, session, progress, so_far)
+        options = job.config.options_of(MeshOptions)
+        keys, measure = mesh_exchanges(
+            job, session, mesh_of(job.config), options.microbatches, chunks_of(job.config)
+        )
+        return self._measure_more(job, session, progress, keys, measure, so_far)
 
     def device_batch_sizes(self, config: RunConfig) -> tuple[int, ...]:
         mesh, options = mesh_of(config), config.options_of(MeshOptions)
