@@ -1,7 +1,7 @@
 """The ``bubble`` suite: each pipeline schedule's measured bubble against its formula.
 
 Each schedule (GPipe, 1F1B, interleaved 1F1B with ``--virtual-stages`` chunks per device,
-ZB-H1 zero-bubble) trains a deep MLP (1024 features, eight hidden layers of 1024, batch 1024,
+ZB-H1 zero-bubble) trains a deep MLP (64 features, nine hidden layers of 1024, batch 1024,
 float32) on ``stages`` devices for each micro-batch count, with ``run_training`` exactly as
 ``dtrain run --strategy pipeline`` does. The measured bubble is the run summary's
 ``bubble_fraction`` (from the stages' compute events, :func:`workbench.events.bubble_fraction`);
@@ -12,8 +12,8 @@ every stage together). The targets: GPipe within 5 points of its formula; interl
 zero-bubble measured below 1F1B at the same P and M, and each within 5 points of its formula.
 
 Layers are wide so a micro-batch's compute (tens of ms) dwarfs a Send/Recv (about 1 ms), as in
-the setting the formulas describe; the stages are balanced by parameter count, so the first
-stage, which skips its input gradient, computes a little less than the others.
+the setting the formulas describe; the stages are balanced by parameter count, and the input is
+narrow so that the first stage, which skips its first layer's input gradient, skips little.
 """
 
 from __future__ import annotations
@@ -47,11 +47,14 @@ class BubbleSettings:
     microbatches: tuple[int, ...] = (4, 8)
     schedules: tuple[str, ...] = SCHEDULE_NAMES
     virtual_stages: int = 2
-    dataset: str = "synthetic:1024:10:8192"
-    # Eight hidden layers cut evenly both into 2 stages and into 2 x 2 interleaved chunks (the
-    # formulas take the stages as alike; six would leave one device's two chunks about a third
-    # more work than the other's).
-    hidden: tuple[int, ...] = (1024,) * 8
+    # 64 input features: the first Dense layer is cheap, so the first stage, which computes no
+    # input gradient for it, does the work of the others (the formulas take the stages as
+    # alike; with 1024 inputs the first device computed a tenth less than the second).
+    dataset: str = "synthetic:64:10:8192"
+    # Eight 1024 x 1024 layers after the narrow first one, cut evenly both into 2 stages and
+    # into 2 x 2 interleaved chunks of two each (six would leave one device's two chunks about
+    # a third more work than the other's).
+    hidden: tuple[int, ...] = (1024,) * 9
     batch_size: int = 1024
     steps: int = 20
     repeats: int = 3
