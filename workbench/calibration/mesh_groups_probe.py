@@ -98,15 +98,28 @@ def neighbours(mesh: MeshShape) -> list[tuple[int, int]]:
     ]
 
 
+def _reducing_groups(mesh: MeshShape) -> list[tuple[str, str, tuple[int, ...]]]:
+    """``(kind, part, ranks)`` for every group of ``mesh`` that all-reduces: its calibration
+    kind (``ring`` for a data group, ``TENSOR_ALLREDUCE`` for a tensor group) and the part of
+    :func:`time_mesh`'s result that times it."""
+    return [
+        (kind, part, group)
+        for kind, part, groups in (
+            ("ring", "reduce", data_groups(mesh)),
+            (TENSOR_ALLREDUCE, "tensor", tensor_groups(mesh)),
+        )
+        for group in groups
+        if len(group) > 1
+    ]
+
+
 def mesh_keys(mesh: MeshShape, names: Sequence[str]) -> list[str]:
     """The calibration keys :func:`measure_mesh` stores for ``mesh`` on the devices
     ``names`` (in rank order): a ``ring`` per data group, a ``TENSOR_ALLREDUCE`` per tensor
     group and a ``STAGE_HANDOFF`` per neighbouring pair, both directions."""
     keys = [
         collective_key(kind, [names[rank] for rank in group])
-        for kind, groups in (("ring", data_groups(mesh)), (TENSOR_ALLREDUCE, tensor_groups(mesh)))
-        for group in groups
-        if len(group) > 1
+        for kind, _, group in _reducing_groups(mesh)
     ]
     return keys + [
         collective_key(STAGE_HANDOFF, [names[rank] for rank in pair])
@@ -289,21 +302,15 @@ def measure_mesh(
     )
     names = session.device_names
     fits = {}
-    for kind, part, groups in (
-        ("ring", "reduce", data_groups(mesh)),
-        (TENSOR_ALLREDUCE, "tensor", tensor_groups(mesh)),
-    ):
-        for ranks in groups:
-            if len(ranks) < 2:
-                continue
-            # A group's all-reduce ends when its slowest rank has the result.
-            slowest: dict[int, float] = {}
-            for rank in ranks:
-                for nbytes, seconds in gathered[rank][part]:
-                    slowest[nbytes] = max(slowest.get(nbytes, 0.0), seconds)
-            fits[collective_key(kind, [names[rank] for rank in ranks])] = fit_link(
-                sorted(slowest.items())
-            )
+    for kind, part, ranks in _reducing_groups(mesh):
+        # A group's all-reduce ends when its slowest rank has the result.
+        slowest: dict[int, float] = {}
+        for rank in ranks:
+            for nbytes, seconds in gathered[rank][part]:
+                slowest[nbytes] = max(slowest.get(nbytes, 0.0), seconds)
+        fits[collective_key(kind, [names[rank] for rank in ranks])] = fit_link(
+            sorted(slowest.items())
+        )
     for first, second in neighbours(mesh):
         fit = fit_link(sorted(gathered[first]["handoff"]))
         for pair in ((first, second), (second, first)):

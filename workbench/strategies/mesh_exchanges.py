@@ -5,7 +5,7 @@ run them (:mod:`workbench.calibration.mesh_groups_probe`), at the sizes the run 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -47,11 +47,11 @@ def mesh_exchanges(
 ) -> tuple[list[str], Callable[[list[str]], dict[str, Any]]]:
     """The calibration keys of the run's mesh exchanges, and how to measure them (for a
     strategy's ``_measure_more``)."""
-    keys: Sequence[str] = mesh_keys(mesh, session.device_names)
+    keys = mesh_keys(mesh, session.device_names)
     largest = largest_exchanges(job, mesh, microbatches, chunks)
 
     def measure(missing: list[str]) -> dict[str, Any]:
         fits = measure_mesh(session, mesh, largest, stall_timeout=job.config.stall_timeout)
         return {"collectives": fits}
 
-    return list(keys), measure
+    return keys, measure
