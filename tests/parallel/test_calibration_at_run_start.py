@@ -140,4 +140,8 @@ def test_a_hybrid_run_times_its_mesh_exchanges_as_its_stages_run_them(store_root
     # An activation from stage 0 to stage 1 takes the hand-off's time, not the idle link's.
     sent = [i for i in result.prediction.timeline.of(d[0], "send") if i.sent]
     handoff = cached.collectives[collective_key(STAGE_HANDOFF, [d[0], d[1]])]
-    assert sent[0].duration == pytest.approx(sent[0].sent / handoff.bandwidth, rel=1e-6)
+    put = sent[0].sent / handoff.bandwidth
+    # A put is CPU work: where more of the 4 devices compute than the host has cores at that
+    # moment (which the measured times decide), it is stretched, at most to devices / cores.
+    stretch = max(1.0, len(d) / min(cached.host_cores.values()))
+    assert put * (1 - 1e-6) <= sent[0].duration <= put * stretch * (1 + 1e-6)
