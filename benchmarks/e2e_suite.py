@@ -11,8 +11,11 @@ run store, the dashboard publisher and progress included. Trials alternate the c
 order rotates every trial); medians and ranges over trials, ratios trial by trial.
 
 With ``--e2e-overheads``, ``parameter-server`` (sync, 1 shard) and ``pipeline`` (2 stages, 4
-micro-batches) run the same way beside a ``one-device`` run of the same model: their overhead,
-reported without a target.
+micro-batches, GPipe and 1F1B) run the same way beside a ``one-device`` run of the same model,
+and each pipeline beside its PyTorch peer: a whole ``torch.distributed.pipelining`` script
+(:mod:`benchmarks.pipeline_script`: 2 gloo processes, the same split, schedule, micro-batches
+and steps). Targets (docs/benchmarks.md): each pipeline >= 0.65 of one-device and >= 1.2x its
+peer (median), >= 1.0x in every trial.
 
 Every trial also attributes the difference between ``bench ddp``'s steady state and the
 end-to-end figure (:mod:`benchmarks.e2e_attribution`): ``mirrored`` measured as ``bench
@@ -47,9 +50,22 @@ STRATEGY_FLAGS = {
     "one-device": ("--strategy", "one-device"),
     "parameter-server": ("--strategy", "parameter-server", "--devices", "2", "--ps", "1"),
     "pipeline": ("--strategy", "pipeline", "--devices", "2", "--stages", "2"),
+    "pipeline-1f1b": ("--strategy", "pipeline", "--devices", "2", "--stages", "2"),
 }
+# The PyTorch pipelining peers (benchmarks/pipeline_script.py), by the workbench contender
+# they are measured against: the same schedule, split and micro-batches.
+TORCH_PIPELINES = {"torch-pipeline": "pipeline", "torch-pipeline-1f1b": "pipeline-1f1b"}
+PIPELINE_MICROBATCHES = 4
+PIPELINE_SCHEDULES = {"pipeline": "gpipe", "pipeline-1f1b": "1f1b"}
 # (contender, the peer its throughput is divided by)
-PAIRS = {"mirrored": "ddp", "parameter-server": "one-device", "pipeline": "one-device"}
+PAIRS = (
+    ("mirrored", "ddp"),
+    ("parameter-server", "one-device"),
+    ("pipeline", "one-device"),
+    ("pipeline-1f1b", "one-device"),
+    ("pipeline", "torch-pipeline"),
+    ("pipeline-1f1b", "torch-pipeline-1f1b"),
+)
 
 
 @dataclass(frozen=True)
@@ -66,7 +82,11 @@ class E2ESettings:
     def chosen(self) -> tuple[str, ...]:
         if self.contenders:
             return self.contenders
-        extra = ("one-device", "parameter-server", "pipeline") if self.overheads else ()
+        extra = (
+            ("one-device", "parameter-server", *PIPELINE_SCHEDULES, *TORCH_PIPELINES)
+            if self.overheads
+            else ()
+        )
         return ("mirrored", "ddp", *extra)
 
 
@@ -74,8 +94,9 @@ def run_flags(contender: str, steps: int, settings: E2ESettings) -> list[str]:
     """The ``dtrain run`` flags of ``contender`` for ``steps`` steps."""
     flags = [*STRATEGY_FLAGS[contender], *MODEL_FLAGS, *COMMON_FLAGS]
     flags += ["--batch-size", str(settings.batch_size), "--steps", str(steps)]
-    if contender == "pipeline":
-        flags += ["--microbatches", "4"]
+    if contender in PIPELINE_SCHEDULES:
+        flags += ["--microbatches", str(PIPELINE_MICROBATCHES)]
+        flags += ["--schedule", PIPELINE_SCHEDULES[contender]]
     return [*flags, "--seed", str(settings.seed)]
 
 
@@ -84,6 +105,19 @@ def command(contender: str, steps: int, settings: E2ESettings) -> list[str]:
     if contender == "ddp":
         script = ["-m", "benchmarks.ddp_script", "--steps", str(steps)]
         return [sys.executable, *script, "--batch-size", str(settings.batch_size)]
+    if contender in TORCH_PIPELINES:
+        schedule = PIPELINE_SCHEDULES[TORCH_PIPELINES[contender]]
+        script = ["-m", "benchmarks.pipeline_script", "--steps", str(steps)]
+        return [
+            sys.executable,
+            *script,
+            "--schedule",
+            schedule,
+            "--microbatches",
+            str(PIPELINE_MICROBATCHES),
+            "--batch-size",
+            str(settings.batch_size),
+        ]
     return dtrain_command("run", *run_flags(contender, steps, settings), "--json")
 
 
@@ -136,7 +170,7 @@ def run_e2e_suite(settings: E2ESettings, progress: Progress) -> dict[str, Any]:
                 steady_ms.append(steady)
                 profiles.append(figures)
     ratios = {}
-    for contender, peer in PAIRS.items():
+    for contender, peer in PAIRS:
         if contender in throughput and peer in throughput:
             per_trial = [a / b for a, b in zip(throughput[contender], throughput[peer])]
             ratios[f"{contender}/{peer}"] = {**spread(per_trial), "per_trial": per_trial}
@@ -160,8 +194,8 @@ add_flags, run = settings_suite(
     trials=Flag(("--repeats", "--trials"), "trials, the contenders alternating", positive),
     overheads=Flag(
         ("--overheads", "--e2e-overheads"),
-        "also parameter-server (sync, 1 shard) and pipeline (2 stages, 4 micro-batches) "
-        "against one-device",
+        "also parameter-server (sync, 1 shard) and pipeline (2 stages, 4 micro-batches, GPipe "
+        "and 1F1B) against one-device, and each pipeline against PyTorch pipelining",
         action="store_true",
     ),
     profile=Flag(

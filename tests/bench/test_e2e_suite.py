@@ -22,7 +22,12 @@ def test_the_commands_are_the_ones_a_user_types():
     assert ddp[1:3] == ["-m", "benchmarks.ddp_script"] and "1100" in ddp
     assert settings.chosen() == ("mirrored", "ddp")
     overheads = E2ESettings(overheads=True).chosen()
-    assert {"one-device", "parameter-server", "pipeline"} <= set(overheads)
+    assert {"one-device", "parameter-server", "pipeline", "pipeline-1f1b"} <= set(overheads)
+    one_f_one_b = command("pipeline-1f1b", 100, settings)
+    assert one_f_one_b[one_f_one_b.index("--schedule") + 1] == "1f1b"
+    peer = command("torch-pipeline-1f1b", 1100, settings)
+    assert peer[1:3] == ["-m", "benchmarks.pipeline_script"]
+    assert peer[peer.index("--schedule") + 1] == "1f1b" and "1100" in peer
 
 
 @pytest.mark.integration
