@@ -14,8 +14,11 @@ With ``--e2e-overheads``, ``parameter-server`` (sync, 1 shard) and ``pipeline`` 
 micro-batches, GPipe and 1F1B) run the same way beside a ``one-device`` run of the same model,
 and each pipeline beside its PyTorch peer: a whole ``torch.distributed.pipelining`` script
 (:mod:`benchmarks.pipeline_script`: 2 gloo processes, the same split, schedule, micro-batches
-and steps). Targets (docs/benchmarks.md): each pipeline >= 0.65 of one-device and >= 1.2x its
-peer (median), >= 1.0x in every trial.
+and steps); ``parameter-server`` and its ``--mode async`` beside PyTorch's RPC parameter
+server (:mod:`benchmarks.ps_script`: a server and 2 trainers, sync and async). Targets
+(docs/benchmarks.md): each pipeline and the sync parameter server >= 1.2x its peer (median),
+>= 1.0x in every trial; the pipelines >= 0.65 and the sync parameter server >= 0.6 of
+one-device.
 
 Every trial also attributes the difference between ``bench ddp``'s steady state and the
 end-to-end figure (:mod:`benchmarks.e2e_attribution`): ``mirrored`` measured as ``bench
@@ -49,18 +52,26 @@ STRATEGY_FLAGS = {
     "mirrored": ("--strategy", "mirrored", "--devices", "2"),
     "one-device": ("--strategy", "one-device"),
     "parameter-server": ("--strategy", "parameter-server", "--devices", "2", "--ps", "1"),
+    "parameter-server-async": (
+        *("--strategy", "parameter-server", "--devices", "2", "--ps", "1"),
+        *("--mode", "async"),
+    ),
     "pipeline": ("--strategy", "pipeline", "--devices", "2", "--stages", "2"),
     "pipeline-1f1b": ("--strategy", "pipeline", "--devices", "2", "--stages", "2"),
 }
 # The PyTorch pipelining peers (benchmarks/pipeline_script.py), by the workbench contender
 # they are measured against: the same schedule, split and micro-batches.
 TORCH_PIPELINES = {"torch-pipeline": "pipeline", "torch-pipeline-1f1b": "pipeline-1f1b"}
+# The PyTorch RPC parameter servers (benchmarks/ps_script.py), by mode.
+TORCH_PARAMETER_SERVERS = {"torch-ps": "sync", "torch-ps-async": "async"}
 PIPELINE_MICROBATCHES = 4
 PIPELINE_SCHEDULES = {"pipeline": "gpipe", "pipeline-1f1b": "1f1b"}
 # (contender, the peer its throughput is divided by)
 PAIRS = (
     ("mirrored", "ddp"),
     ("parameter-server", "one-device"),
+    ("parameter-server", "torch-ps"),
+    ("parameter-server-async", "torch-ps-async"),
     ("pipeline", "one-device"),
     ("pipeline-1f1b", "one-device"),
     ("pipeline", "torch-pipeline"),
@@ -83,7 +94,12 @@ class E2ESettings:
         if self.contenders:
             return self.contenders
         extra = (
-            ("one-device", "parameter-server", *PIPELINE_SCHEDULES, *TORCH_PIPELINES)
+            (
+                *("one-device", "parameter-server", "parameter-server-async"),
+                *TORCH_PARAMETER_SERVERS,
+                *PIPELINE_SCHEDULES,
+                *TORCH_PIPELINES,
+            )
             if self.overheads
             else ()
         )
@@ -105,6 +121,10 @@ def command(contender: str, steps: int, settings: E2ESettings) -> list[str]:
     if contender == "ddp":
         script = ["-m", "benchmarks.ddp_script", "--steps", str(steps)]
         return [sys.executable, *script, "--batch-size", str(settings.batch_size)]
+    if contender in TORCH_PARAMETER_SERVERS:
+        script = ["-m", "benchmarks.ps_script", "--steps", str(steps)]
+        mode = ["--mode", TORCH_PARAMETER_SERVERS[contender]]
+        return [sys.executable, *script, *mode, "--batch-size", str(settings.batch_size)]
     if contender in TORCH_PIPELINES:
         schedule = PIPELINE_SCHEDULES[TORCH_PIPELINES[contender]]
         script = ["-m", "benchmarks.pipeline_script", "--steps", str(steps)]
@@ -194,8 +214,9 @@ add_flags, run = settings_suite(
     trials=Flag(("--repeats", "--trials"), "trials, the contenders alternating", positive),
     overheads=Flag(
         ("--overheads", "--e2e-overheads"),
-        "also parameter-server (sync, 1 shard) and pipeline (2 stages, 4 micro-batches, GPipe "
-        "and 1F1B) against one-device, and each pipeline against PyTorch pipelining",
+        "also parameter-server (sync and async, 1 shard) and pipeline (2 stages, 4 "
+        "micro-batches, GPipe and 1F1B) against one-device and their PyTorch peers (RPC "
+        "parameter server, torch.distributed.pipelining)",
         action="store_true",
     ),
     profile=Flag(

@@ -28,6 +28,11 @@ def test_the_commands_are_the_ones_a_user_types():
     peer = command("torch-pipeline-1f1b", 1100, settings)
     assert peer[1:3] == ["-m", "benchmarks.pipeline_script"]
     assert peer[peer.index("--schedule") + 1] == "1f1b" and "1100" in peer
+    server = command("torch-ps-async", 100, settings)
+    assert server[1:3] == ["-m", "benchmarks.ps_script"]
+    assert server[server.index("--mode") + 1] == "async"
+    ours = command("parameter-server-async", 100, settings)
+    assert ours[ours.index("--mode") + 1] == "async"
 
 
 @pytest.mark.integration
