@@ -21,6 +21,7 @@ from typing import Any
 
 from benchmarks.distributed_suites import train, workbench_config
 from benchmarks.whole_runs import timed_process
+from workbench.runtime.devices import device_tag
 
 # Client threads by what they do (a local cluster's scheduler runs on the client's IO loop).
 CLIENT_PARTS = {
@@ -83,6 +84,41 @@ def per_step_ms(short: dict[str, Any], long: dict[str, Any], steps: int) -> dict
     return figures
 
 
+def device_phases_per_step(
+    short: dict[str, Any], long: dict[str, Any], steps: int
+) -> dict[str, dict[str, float]]:
+    """Each device's phases in the long profile minus the short one, in ms per step: where a
+    family's step goes on each of its devices (a pipeline's stages, a parameter server's
+    shards and workers)."""
+    return {
+        device: {
+            phase: 1e3 * (seconds - short["device_phases"].get(device, {}).get(phase, 0.0)) / steps
+            for phase, seconds in phases.items()
+        }
+        for device, phases in long["device_phases"].items()
+    }
+
+
+def render_device_phases(
+    family: str, trial: dict[str, dict[str, float]], end_to_end: float
+) -> list[str]:
+    """Markdown lines: one row per device, ms per step in each kind of phase."""
+    phases = sorted({phase for by_phase in trial.values() for phase in by_phase})
+    phases = [p for p in phases if p != "outside phases"] + ["outside phases"]
+    lines = [
+        "",
+        f"#### {family}: each device's step (profiled long run minus short run, ms per step; "
+        f"end to end {end_to_end:.2f})",
+        "",
+        "| device | " + " | ".join(phases) + " |",
+        "|---|" + "---:|" * len(phases),
+    ]
+    for device in sorted(trial):
+        cells = " | ".join(f"{trial[device].get(phase, 0.0):.2f}" for phase in phases)
+        lines.append(f"| {device_tag(device)} | {cells} |")
+    return lines
+
+
 def render_attribution(trials: list[dict[str, float]], steady_ms: list[float]) -> list[str]:
     """Markdown lines: ms per step by part, medians over trials."""
 
@@ -110,13 +146,21 @@ def render_attribution(trials: list[dict[str, float]], steady_ms: list[float]) -
         f"| - outside the devices' timeline (what scales with steps before the first or after "
         f"the last, and start-up variance) | {median('outside_timeline'):.2f} |"
     )
-    lines += ["", "| CPU by part | CPU ms per step |", "|---|---:|"]
-    lines += [f"| {label} | {median(f'client:{key}'):.2f} |" for key, label in CLIENT_PARTS.items()]
-    lines.append(f"| client process, all threads | {median('client:(total)'):.2f} |")
+    medians = {key: median(key) for key in trials[0]}
+    return lines + render_cpu(medians)
+
+
+def render_cpu(figures: dict[str, float]) -> list[str]:
+    """Markdown lines: CPU ms per step by part (the client's threads, the workers' mean)."""
+    lines = ["", "| CPU by part | CPU ms per step |", "|---|---:|"]
     lines += [
-        f"| {label} (mean of the workers) | {median(f'worker:{key}'):.2f} |"
+        f"| {label} | {figures[f'client:{key}']:.2f} |" for key, label in CLIENT_PARTS.items()
+    ]
+    lines.append(f"| client process, all threads | {figures['client:(total)']:.2f} |")
+    lines += [
+        f"| {label} (mean of the workers) | {figures[f'worker:{key}']:.2f} |"
         for key, label in WORKER_PARTS.items()
     ]
-    lines.append(f"| worker process, all threads (mean) | {median('worker:(total)'):.2f} |")
-    lines.append(f"| nannies | {median('nannies'):.2f} |")
+    lines.append(f"| worker process, all threads (mean) | {figures['worker:(total)']:.2f} |")
+    lines.append(f"| nannies | {figures['nannies']:.2f} |")
     return lines

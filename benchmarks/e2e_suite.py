@@ -36,9 +36,12 @@ from typing import Any
 
 from benchmarks.distributed_suites import spread
 from benchmarks.e2e_attribution import (
+    device_phases_per_step,
     per_step_ms,
     profiled,
     render_attribution,
+    render_cpu,
+    render_device_phases,
     steady_state_ms,
 )
 from benchmarks.flags import Flag, positive, settings_suite
@@ -156,6 +159,28 @@ def _attribute(settings: E2ESettings, folder: Path, progress: Progress) -> tuple
     return steady, figures
 
 
+# The families whose every device's step the first trial profiles (with --e2e-overheads).
+PROFILED_FAMILIES = ("pipeline", "pipeline-1f1b", "parameter-server", "parameter-server-async")
+
+
+def _profile_family(
+    family: str, settings: E2ESettings, folder: Path, progress: Progress
+) -> dict[str, Any]:
+    """A family's profiled short and long runs: its CPU by part and each device's phases,
+    per step."""
+    runs = {
+        steps: profiled(run_flags(family, steps, settings), folder, f"{family}-{steps}")
+        for steps in (settings.short, settings.long)
+    }
+    steps = settings.long - settings.short
+    figures = per_step_ms(runs[settings.short], runs[settings.long], steps)
+    progress(f"  {family}: profiled end to end {figures['end_to_end']:.2f} ms/step")
+    return {
+        "figures": figures,
+        "devices": device_phases_per_step(runs[settings.short], runs[settings.long], steps),
+    }
+
+
 def _final_loss(output: str) -> float:
     return float(json.loads(output)["final_loss"])
 
@@ -166,6 +191,7 @@ def run_e2e_suite(settings: E2ESettings, progress: Progress) -> dict[str, Any]:
     throughput: dict[str, list[float]] = {c: [] for c in contenders}
     steady_ms: list[float] = []
     profiles: list[dict[str, float]] = []
+    families: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="dtrain-e2e-") as name:
         folder = Path(name)
         for trial in range(settings.trials):
@@ -184,11 +210,15 @@ def run_e2e_suite(settings: E2ESettings, progress: Progress) -> dict[str, Any]:
                 )
                 steps = settings.long - settings.short
                 throughput[contender].append(steps * settings.batch_size / (long - short))
-            if settings.profile:
+            if settings.profile and "mirrored" in contenders:
                 progress(f"trial {trial + 1}: attribution (steady state, profiled runs)")
                 steady, figures = _attribute(settings, folder, progress)
                 steady_ms.append(steady)
                 profiles.append(figures)
+            if settings.profile and trial == 0:
+                for family in (f for f in PROFILED_FAMILIES if f in contenders):
+                    progress(f"trial 1: {family}'s profiled runs")
+                    families[family] = _profile_family(family, settings, folder, progress)
     ratios = {}
     for contender, peer in PAIRS:
         if contender in throughput and peer in throughput:
@@ -203,7 +233,11 @@ def run_e2e_suite(settings: E2ESettings, progress: Progress) -> dict[str, Any]:
             for c, by_steps in walls.items()
         },
         "ratios": ratios,
-        "attribution": {"steady_state_ms": steady_ms, "profiles": profiles},
+        "attribution": {
+            "steady_state_ms": steady_ms,
+            "profiles": profiles,
+            "families": families,
+        },
     }
 
 
@@ -260,4 +294,8 @@ def render(result: dict[str, Any]) -> str:
     attribution = result["attribution"]
     if attribution["profiles"]:
         lines += render_attribution(attribution["profiles"], attribution["steady_state_ms"])
+    for family, profile in attribution.get("families", {}).items():
+        end_to_end = profile["figures"]["end_to_end"]
+        lines += render_device_phases(family, profile["devices"], end_to_end)
+        lines += render_cpu(profile["figures"])
     return "\n".join(lines)

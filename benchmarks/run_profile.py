@@ -87,6 +87,24 @@ def device_timeline(log: EventLog, first_step: int = 0) -> dict[str, float]:
     return {name: value / devices for name, value in {**totals, **phases}.items()}
 
 
+def device_phases(log: EventLog) -> dict[str, dict[str, float]]:
+    """Seconds each device spent in each kind of phase over the run (``compute``, ``send``,
+    ``recv``, ``ps-pull``, ...), and ``outside phases``: the rest of its steps' spans and the
+    gaps between them, from its first phase's start to its last phase's end (what the device's
+    thread did between phases: dispatch, bookkeeping, waiting for a core)."""
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for event in log.phases():
+        totals[event.device][str(event.phase)] += event.duration
+        first[event.device] = min(first.get(event.device, event.start), event.start)
+        last[event.device] = max(last.get(event.device, event.end), event.end)
+    for device, phases in totals.items():
+        covered = sum(phases.values())
+        phases["outside phases"] = max(last[device] - first[device] - covered, 0.0)
+    return {device: dict(phases) for device, phases in totals.items()}
+
+
 class ProfileObserver:
     """A cluster observer whose ``watch``, when left, keeps the run's profile in ``result``."""
 
@@ -105,6 +123,7 @@ class ProfileObserver:
             "cluster_seconds": left[0] - entered[0],
             **_difference(left[1], entered[1]),
             "timeline": device_timeline(log, job.first_step),
+            "device_phases": device_phases(log),
         }
 
 

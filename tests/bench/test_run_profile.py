@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.e2e_attribution import per_step_ms, profiled, render_attribution
-from benchmarks.run_profile import device_timeline
+from benchmarks.e2e_attribution import (
+    device_phases_per_step,
+    per_step_ms,
+    profiled,
+    render_attribution,
+    render_device_phases,
+)
+from benchmarks.run_profile import device_phases, device_timeline
 from workbench.events import EventLog
 from workbench.parallel.step_loop import STEPS_PER_TASK
 
@@ -27,6 +33,27 @@ def test_the_timeline_splits_steps_gaps_within_a_task_and_gaps_between_tasks():
     assert figures["gaps_between_tasks"] == pytest.approx(3.0)
     assert figures["phase:compute"] == pytest.approx(1.0 * steps)
     assert figures["phase:allreduce"] == pytest.approx(1.5 * steps)
+
+
+def test_each_device_s_phases_and_the_time_outside_them_are_kept_apart():
+    log = EventLog()
+    stage = "/job:worker/task:1/device:CPU:0"
+    for step in range(3):
+        start = 10.0 * step
+        log.phase(stage, "recv", step, start, start + 2.0)
+        log.phase(stage, "compute", step, start + 2.5, start + 6.0)  # 0.5 s between phases
+        log.phase(stage, "send", step, start + 6.0, start + 7.0)  # then 3 s to the next step
+    phases = device_phases(log)[stage]
+    assert phases == pytest.approx(
+        {"recv": 6.0, "compute": 10.5, "send": 3.0, "outside phases": 27.0 - 19.5}
+    )
+    short = {"device_phases": {stage: {"compute": 1.0}}}
+    per_step = device_phases_per_step(short, {"device_phases": {stage: phases}}, 1000)
+    assert per_step[stage]["compute"] == pytest.approx(9.5)  # ms: (10.5 - 1.0) s / 1000
+    assert per_step[stage]["recv"] == pytest.approx(6.0)  # a phase the short run lacked
+    table = "\n".join(render_device_phases("pipeline", per_step, 30.0))
+    assert "| device | compute | recv | send | outside phases |" in table
+    assert "| task1-cpu0 | 9.50 | 6.00 | 3.00 | 7.50 |" in table
 
 
 def _profile(wall: float, busy: float, client: float, worker: float) -> dict:
