@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -58,7 +58,7 @@ def free_port() -> int:
 LAUNCH_ATTEMPTS = 3
 
 
-def _finish_rank(distributed: Any) -> None:
+def finish_rank(distributed: Any) -> None:
     """End a rank once its figures are on disk: a last barrier so no peer is still talking,
     then leave the process without tearing down gloo's threads (the teardown is what aborts
     now and then, and the process ends anyway)."""
@@ -91,7 +91,20 @@ def spawn_ranks(function: Any, arguments: tuple, processes: int, result_paths: l
                 ) from error
 
 
-def _initial_parameters(settings: DDPSettings) -> dict[str, np.ndarray]:
+class ReferenceModel(Protocol):
+    """The reference MLP's shape and seed, as each PyTorch peer's settings give them."""
+
+    @property
+    def inputs(self) -> int: ...
+    @property
+    def classes(self) -> int: ...
+    @property
+    def hidden(self) -> tuple[int, ...]: ...
+    @property
+    def seed(self) -> int: ...
+
+
+def initial_parameters(settings: ReferenceModel) -> dict[str, np.ndarray]:
     """The workbench's initial parameters for this seed (DDP also broadcasts rank 0's)."""
     from workbench.models import mlp
 
@@ -115,7 +128,7 @@ def _train(rank: int, settings: DDPSettings, result_path: str, port: int) -> Non
             world_size=settings.processes,
         )
     try:
-        reference = TorchMLP(_initial_parameters(settings), settings.learning_rate, "cpu", torch)
+        reference = TorchMLP(initial_parameters(settings), settings.learning_rate, "cpu", torch)
         model = reference.model
         if distributed:
             model = torch.nn.parallel.DistributedDataParallel(model)
@@ -146,7 +159,7 @@ def _train(rank: int, settings: DDPSettings, result_path: str, port: int) -> Non
             with open(result_path, "w", encoding="utf-8") as out:
                 out.write(f"{seconds!r} {float(loss.detach())!r}")
         if distributed:
-            _finish_rank(torch.distributed)
+            finish_rank(torch.distributed)
     finally:
         if distributed and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
@@ -223,7 +236,7 @@ def _gloo_rank(
         with open(f"{path}.{rank}", "w", encoding="utf-8") as out:
             out.write(" ".join(map(repr, reduce_seconds)) + "\n")
             out.write(" ".join(map(repr, send_seconds)) + "\n")
-        _finish_rank(distributed)
+        finish_rank(distributed)
     finally:
         if distributed.is_initialized():
             distributed.destroy_process_group()

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.ddp_reference import _finish_rank, _initial_parameters, spawn_ranks
+from benchmarks.ddp_reference import finish_rank, initial_parameters, spawn_ranks
 from benchmarks.timing import steady_allocator
 from benchmarks.torch_reference import import_torch
 
@@ -69,7 +69,7 @@ def _train_stage(rank: int, settings: PipelineSettings, result_path: str, port: 
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=settings.stages
     )
     try:
-        reference = TorchMLP(_initial_parameters(settings), settings.learning_rate, "cpu", torch)
+        reference = TorchMLP(initial_parameters(settings), settings.learning_rate, "cpu", torch)
         module = stage_modules(settings, reference.model, rank)
         stage = pipelining.PipelineStage(module, rank, settings.stages, torch.device("cpu"))
         schedule_class = {"gpipe": pipelining.ScheduleGPipe, "1f1b": pipelining.Schedule1F1B}
@@ -106,7 +106,7 @@ def _train_stage(rank: int, settings: PipelineSettings, result_path: str, port: 
             loss = sum(float(value.detach()) for value in losses) / len(losses)
             with open(result_path, "w", encoding="utf-8") as out:
                 out.write(f"{seconds!r} {loss!r}")
-        _finish_rank(distributed)
+        finish_rank(distributed)
     finally:
         if distributed.is_initialized():
             distributed.destroy_process_group()

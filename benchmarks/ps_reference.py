@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.ddp_reference import _initial_parameters, spawn_ranks
+from benchmarks.ddp_reference import initial_parameters, spawn_ranks
 from benchmarks.timing import steady_allocator
 from benchmarks.torch_reference import import_torch
 
@@ -60,7 +60,7 @@ class _Server:
     def __init__(self, settings: ParameterServerSettings, torch: Any) -> None:
         from benchmarks.torch_reference import TorchMLP
 
-        reference = TorchMLP(_initial_parameters(settings), settings.learning_rate, "cpu", torch)
+        reference = TorchMLP(initial_parameters(settings), settings.learning_rate, "cpu", torch)
         self.torch = torch
         self.parameters = [p.detach().clone() for p in reference.model.parameters()]
         self.workers, self.learning_rate = settings.workers, settings.learning_rate
@@ -150,7 +150,7 @@ def _process(rank: int, settings: ParameterServerSettings, result_path: str, por
 def _train(trainer: int, settings: ParameterServerSettings, result_path: str, torch, rpc) -> None:
     from benchmarks.torch_reference import TorchMLP
 
-    model = TorchMLP(_initial_parameters(settings), settings.learning_rate, "cpu", torch).model
+    model = TorchMLP(initial_parameters(settings), settings.learning_rate, "cpu", torch).model
     parameters = list(model.parameters())
     share = settings.global_batch // settings.workers
     generator = torch.Generator().manual_seed(settings.seed * 1000 + trainer)
