@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -32,8 +32,9 @@ from benchmarks.torch_reference import import_torch
 
 
 @dataclass(frozen=True)
-class DDPSettings:
-    processes: int = 2
+class ReferenceRun:
+    """What every PyTorch peer trains: the reference MLP, its batch, steps and seed."""
+
     global_batch: int = 256
     hidden: tuple[int, ...] = (512, 512)
     inputs: int = 784
@@ -42,7 +43,12 @@ class DDPSettings:
     warmup: int = 20
     learning_rate: float = 0.01
     seed: int = 0
-    threads: int = 1  # torch.set_num_threads in every rank
+    threads: int = 1  # torch.set_num_threads in every process
+
+
+@dataclass(frozen=True)
+class DDPSettings(ReferenceRun):
+    processes: int = 2
 
 
 def free_port() -> int:
@@ -91,20 +97,7 @@ def spawn_ranks(function: Any, arguments: tuple, processes: int, result_paths: l
                 ) from error
 
 
-class ReferenceModel(Protocol):
-    """The reference MLP's shape and seed, as each PyTorch peer's settings give them."""
-
-    @property
-    def inputs(self) -> int: ...
-    @property
-    def classes(self) -> int: ...
-    @property
-    def hidden(self) -> tuple[int, ...]: ...
-    @property
-    def seed(self) -> int: ...
-
-
-def initial_parameters(settings: ReferenceModel) -> dict[str, np.ndarray]:
+def initial_parameters(settings: ReferenceRun) -> dict[str, np.ndarray]:
     """The workbench's initial parameters for this seed (DDP also broadcasts rank 0's)."""
     from workbench.models import mlp
 
@@ -181,10 +174,18 @@ def run_ddp(settings: DDPSettings) -> dict[str, float]:
         raise RuntimeError("PyTorch is not installed (pip install 'dtrain-workbench[bench]')")
     if settings.global_batch % settings.processes:
         raise ValueError("the global batch must split evenly over the processes")
-    handle, result_path = tempfile.mkstemp(prefix="dtrain-ddp-", suffix=".txt")
+    return timed_peer(_train, settings, settings.processes, "dtrain-ddp-")
+
+
+def timed_peer(function: Any, settings: ReferenceRun, processes: int, prefix: str) -> dict:
+    """Run ``function(rank, settings, result_path, port)`` on ``processes`` fresh processes,
+    one of which writes ``seconds loss`` of ``settings.steps`` timed steps to ``result_path``;
+    returns ``ms_per_step``, ``samples_per_second`` (the global batch over the mean step) and
+    ``final_loss``."""
+    handle, result_path = tempfile.mkstemp(prefix=prefix, suffix=".txt")
     os.close(handle)
     try:
-        spawn_ranks(_train, (settings, result_path), settings.processes, [result_path])
+        spawn_ranks(function, (settings, result_path), processes, [result_path])
         with open(result_path, encoding="utf-8") as result:
             seconds, loss = (float(part) for part in result.read().split())
     finally:

@@ -15,13 +15,16 @@ The last stage times ``steps`` steps after ``warmup`` untimed ones, a barrier on
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.ddp_reference import finish_rank, initial_parameters, spawn_ranks
+from benchmarks.ddp_reference import (
+    ReferenceRun,
+    finish_rank,
+    initial_parameters,
+    timed_peer,
+)
 from benchmarks.timing import steady_allocator
 from benchmarks.torch_reference import import_torch
 
@@ -29,19 +32,10 @@ SCHEDULES = ("gpipe", "1f1b")
 
 
 @dataclass(frozen=True)
-class PipelineSettings:
+class PipelineSettings(ReferenceRun):
     stages: int = 2
     microbatches: int = 4
     schedule: str = "gpipe"  # one of SCHEDULES
-    global_batch: int = 256
-    hidden: tuple[int, ...] = (512, 512)
-    inputs: int = 784
-    classes: int = 10
-    steps: int = 200
-    warmup: int = 20
-    learning_rate: float = 0.01
-    seed: int = 0
-    threads: int = 1  # torch.set_num_threads in every rank
 
 
 def stage_modules(settings: PipelineSettings, sequential: Any, stage: int) -> Any:
@@ -123,18 +117,4 @@ def run_torch_pipeline(settings: PipelineSettings) -> dict[str, float]:
         raise ValueError(f"schedule must be one of {allowed}, got {settings.schedule!r}")
     if settings.global_batch % settings.microbatches:
         raise ValueError("the global batch must split evenly into micro-batches")
-    handle, result_path = tempfile.mkstemp(prefix="dtrain-pipe-", suffix=".txt")
-    os.close(handle)
-    try:
-        spawn_ranks(_train_stage, (settings, result_path), settings.stages, [result_path])
-        with open(result_path, encoding="utf-8") as result:
-            seconds, loss = (float(part) for part in result.read().split())
-    finally:
-        if os.path.exists(result_path):
-            os.unlink(result_path)
-    per_step = seconds / settings.steps
-    return {
-        "ms_per_step": per_step * 1e3,
-        "samples_per_second": settings.global_batch / per_step,
-        "final_loss": loss,
-    }
+    return timed_peer(_train_stage, settings, settings.stages, "dtrain-pipe-")

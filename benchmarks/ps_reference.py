@@ -23,14 +23,12 @@ workbench device does (:func:`~benchmarks.timing.steady_allocator`). Trainer 0 t
 
 from __future__ import annotations
 
-import os
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.ddp_reference import initial_parameters, spawn_ranks
+from benchmarks.ddp_reference import ReferenceRun, initial_parameters, timed_peer
 from benchmarks.timing import steady_allocator
 from benchmarks.torch_reference import import_torch
 
@@ -39,18 +37,9 @@ SERVER = "server"
 
 
 @dataclass(frozen=True)
-class ParameterServerSettings:
+class ParameterServerSettings(ReferenceRun):
     workers: int = 2
     mode: str = "sync"  # one of MODES
-    global_batch: int = 256
-    hidden: tuple[int, ...] = (512, 512)
-    inputs: int = 784
-    classes: int = 10
-    steps: int = 200
-    warmup: int = 20
-    learning_rate: float = 0.01
-    seed: int = 0
-    threads: int = 1  # torch.set_num_threads in every process
 
 
 class _Server:
@@ -192,18 +181,4 @@ def run_torch_parameter_server(settings: ParameterServerSettings) -> dict[str, f
         raise ValueError(f"mode must be one of {allowed}, got {settings.mode!r}")
     if settings.global_batch % settings.workers:
         raise ValueError("the global batch must split evenly over the workers")
-    handle, result_path = tempfile.mkstemp(prefix="dtrain-ps-", suffix=".txt")
-    os.close(handle)
-    try:
-        spawn_ranks(_process, (settings, result_path), settings.workers + 1, [result_path])
-        with open(result_path, encoding="utf-8") as result:
-            seconds, loss = (float(part) for part in result.read().split())
-    finally:
-        if os.path.exists(result_path):
-            os.unlink(result_path)
-    per_step = seconds / settings.steps
-    return {
-        "ms_per_step": per_step * 1e3,
-        "samples_per_second": settings.global_batch / per_step,
-        "final_loss": loss,
-    }
+    return timed_peer(_process, settings, settings.workers + 1, "dtrain-ps-")
