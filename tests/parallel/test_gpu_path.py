@@ -93,8 +93,7 @@ def test_events_say_how_device_tensors_travelled(cpu_double_gpus, no_leftover_pr
     pipeline = gpu_run(strategy="pipeline", devices=2, stages=2)
     assert _routes(pipeline, {"send", "recv"}) == {"host-staged:shared-memory"}
     servers = gpu_run(strategy="parameter-server", devices=2, ps=1)
-    # Dask's comms of a cluster the workbench starts: TCP with TLS.
-    assert _routes(servers, {"ps-pull", "ps-push"}) == {"host-staged:tls"}
+    assert _routes(servers, {"ps-pull", "ps-push"}) == {"host-staged:shared-memory"}
 
 
 def test_without_shared_memory_device_tensors_go_through_dask_comms(

@@ -59,14 +59,15 @@ def test_run_state_without_a_table_answers_no_calls():
         asyncio.run(_service(Replica())._call("run-1", "pull", {}))
 
 
-def test_a_parameter_shard_answers_its_five_methods_and_the_client_goes_through_them():
+def test_a_parameter_shard_answers_the_clients_four_methods_and_nothing_else():
+    # Pulls and pushes are the workers' messages (envelopes.py), not calls.
     shard = ParameterShard.__new__(ParameterShard)  # the table needs none of its state
     handlers = shard.rpc_handlers()
-    assert sorted(handlers) == ["drain", "forget", "pull", "push", "stop"]
+    assert sorted(handlers) == ["drain", "forget", "rejoin", "stop"]
     assert all(handler == getattr(shard, f"handle_{name}") for name, handler in handlers.items())
     worker = SimpleNamespace(
         address="tls://10.0.0.2:4000",
         plugins={SERVICE_NAME: SimpleNamespace(runs={"run-1": shard})},
     )
-    with pytest.raises(UnknownRpcMethod, match="it answers drain, forget, pull, push, stop"):
+    with pytest.raises(UnknownRpcMethod, match="it answers drain, forget, rejoin, stop"):
         asyncio.run(call_shard("run-1", "snapshot", dask_worker=worker))

@@ -325,9 +325,9 @@ def parameter_server_step(
     recompute: str = "none",
 ) -> StepPrograms:
     """``parameter-server`` (``parallel/parameter_server/worker_loop.py``,
-    ``shard_service.py``): each worker pulls every shard's variables (a Dask RPC per shard, in
-    shard order), computes its gradients, pushes each shard its part (an RPC answered once the
-    shard has taken it). Sync: each shard, once every worker's push is in, sums them and
+    ``shard_service.py``): each worker pulls every shard's variables (a message exchange per
+    shard, in shard order), computes its gradients, pushes each shard its part (acknowledged
+    once the shard has taken it). Sync: each shard, once every worker's push is in, sums them and
     applies the update, which the next step's pulls wait for (so every worker waits for the
     slowest). Async: a shard applies each push as it comes, answering pushes in turn, and no
     worker waits for another; a step is one push from each worker (the run counts an update
@@ -336,7 +336,7 @@ def parameter_server_step(
     Where calibration timed the workers' pulls and pushes as they run them
     (``calibration/exchange_probe.py``), each is that time, the shards' answers
     free signals, and the gradients take as much longer as they did in that loop; otherwise
-    each RPC is simulated on the ``rpc`` links, its payload unpacked by the receiver. With
+    each exchange is simulated on the ``rpc`` links, its payload unpacked by the receiver. With
     ``--accumulate K`` a worker computes K micro-steps between its pull and its push."""
     itemsize = np.dtype(dtype).itemsize
     graph = build_training_graph(

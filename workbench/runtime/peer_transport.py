@@ -23,7 +23,7 @@ sender's segment into a buffer of the caller's, which is how the ring all-reduce
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -101,6 +101,13 @@ class PeerTransport:
         channels = self._service.channels
         for peer in self._shared_peers:
             channels.listen(run_id, peer, rank, self._service.mailbox.put)
+
+    def readdress(self, peer: int, address: str) -> None:
+        """``peer`` is now the worker at ``address`` (set up in place of one that was lost).
+        Its tensors go over Dask's comms from now on: the channels between the two ranks
+        were the lost process's, and a new process cannot take over its files."""
+        self.addresses[peer] = address
+        self._shared_peers.discard(peer)
 
     def _key(self, source: int, target: int, key: str) -> str:
         return f"{self.run_id}/{source}->{target}/{key}"
@@ -194,10 +201,28 @@ class PeerTransport:
                     f"{error!r}"
                 ) from error
 
-    def recv(self, peer: int, key: str) -> Any:
-        """The tensor, on this rank's device (a staged one is copied to it)."""
-        message = self._take(peer, key)
-        if isinstance(message, SharedMessage):
+    def deliver_from(self, peer: int, deliver: Callable[[str, Any], None]) -> None:
+        """Hand what ``peer`` sends this rank to ``deliver(key, message)`` as it arrives (on
+        the worker's event loop), instead of keeping it for :meth:`recv`: a service that
+        answers messages (a parameter shard). ``message`` is for :meth:`accept`."""
+        prefix = self._key(peer, self.rank, "")
+        self._service.mailbox.route(
+            prefix, lambda key, message: deliver(key[len(prefix) :], message)
+        )
+
+    def recv(self, peer: int, key: str, on_host: bool = False) -> Any:
+        """The tensor, on this rank's device (a staged one is copied to it), or in host
+        memory with ``on_host`` (a small header a program reads on the CPU)."""
+        return self.accept(peer, self._take(peer, key), on_host)
+
+    def accept(self, peer: int, message: Any, on_host: bool = False) -> Any:
+        """What ``peer`` sent (a message routed to a service, or taken by :meth:`recv`) as an
+        array of this rank's own, on its device or with ``on_host`` in host memory."""
+        self._count(peer, message)
+        shared = isinstance(message, SharedMessage)
+        if on_host:
+            return message.copy() if shared else self.device.to_host(message)
+        if shared:
             return message.take(self.device.to_device)
         return self.device.adopt(message)  # a staged one arrives as a host array
 
@@ -205,6 +230,7 @@ class PeerTransport:
         """Receive a tensor shaped like ``out`` and store ``add_to + tensor`` (or the tensor)
         in ``out``; on CPUs from shared memory in one pass, without an intermediate copy."""
         message = self._take(peer, key)
+        self._count(peer, message)
         if isinstance(message, SharedMessage) and self.device.on_gpu:
             message = message.take(self.device.to_device)  # staged: host -> device once
         if not isinstance(message, SharedMessage):
@@ -224,7 +250,10 @@ class PeerTransport:
                 f"step {self.step}: {self.device_names[self.rank]} waited {self.stall_timeout:g}s "
                 f"for {key!r} from {self.device_names[peer]}, which stalled or died"
             ) from None
+        return message
+
+    def _count(self, peer: int, message: Any) -> None:
+        """Bytes and route of a message from ``peer``."""
         self.bytes_received += int(message.nbytes)
         wire = "shared-memory" if isinstance(message, SharedMessage) else self._wire
         self._record_route(peer, self.device.on_gpu, wire)
-        return message

@@ -139,7 +139,14 @@ class ParameterServer(ClusterStrategy):
             graph = build_training_graph(
                 job.model, None, config.batch_size // config.devices, config.dtype
             ).graph
-            fits, stretch = measure_exchange(session, worker_ranks, shard_ranks, held, graph)
+            fits, stretch = measure_exchange(
+                session,
+                worker_ranks,
+                shard_ranks,
+                held,
+                graph,
+                stall_timeout=config.stall_timeout,
+            )
             return {
                 "collectives": fits,
                 "compute_stretch": {collective_key("ps-exchange", devices): stretch},
@@ -187,6 +194,10 @@ class ParameterServer(ClusterStrategy):
                 in_graph=in_graph,
                 mode=options.mode,
                 staleness=options.staleness,
+                rank=shard_ranks[k],
+                addresses=tuple(session.addresses),
+                device_names=tuple(session.device_names),
+                worker_ranks=tuple(worker_ranks),
             )
             for k in range(shards)
         ]
@@ -198,6 +209,7 @@ class ParameterServer(ClusterStrategy):
                 ),
                 shard_addresses=tuple(session.addresses[r] for r in shard_ranks),
                 shard_devices=tuple(session.device_names[r] for r in shard_ranks),
+                shard_ranks=tuple(shard_ranks),
                 pieces=pieces,
                 client_graph=client_graph if in_graph else None,
                 mode=options.mode,

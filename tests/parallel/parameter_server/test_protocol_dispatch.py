@@ -3,7 +3,6 @@ type checker finds a kind a handler forgets, and at run time anything else is re
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import textwrap
@@ -49,10 +48,10 @@ def test_the_shard_service_carries_out_every_instruction_and_refuses_anything_el
     # error, not silently skipped.
     shard = SimpleNamespace(spec=SimpleNamespace(device="/job:ps/task:0"), events=[])
     quiet = [DropPush(0, 3), IgnoreDuplicate(1, 3)]
-    asyncio.run(ParameterShard._carry_out(shard, quiet))  # type: ignore[arg-type]
+    ParameterShard._carry_out(shard, quiet)  # type: ignore[arg-type]
     assert shard.events == []
     with pytest.raises(TypeError, match="not handled here"):
-        asyncio.run(ParameterShard._carry_out(shard, [Pull(0, 3)]))  # type: ignore[arg-type]
+        ParameterShard._carry_out(shard, [Pull(0, 3)])  # type: ignore[arg-type]
 
 
 @pytest.mark.integration  # runs mypy in a subprocess

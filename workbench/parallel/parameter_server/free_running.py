@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from workbench.events.records import Phase, PhaseEvent, StepReport
@@ -144,9 +145,10 @@ class FreeRunningDriver:
     def _replace(self, running: dict, rank: int, address: str, first: int) -> None:
         session = self.session
         session.addresses[rank] = address
-        ready = submit_each(
-            session, self.strategy, "setup", first, self.setup, [(self.respec(rank),)], [rank]
-        )
+        self._each_shard("rejoin", worker=rank, address=address)
+        # Not through the lost process's channels: see ParameterServerWorkerSpec.
+        spec = replace(self.respec(rank), shared_memory=False)
+        ready = submit_each(session, self.strategy, "setup", first, self.setup, [(spec,)], [rank])
         wait_all(session, ready, "setup", first, self.run.stall_timeout, ranks=[rank])
         running[rank] = self._start(rank, first)
         self.progress(f"[{self.strategy}] {session.device_names[rank]} replaced by {address}")

@@ -1,24 +1,28 @@
 """A parameter-server shard running on a Dask worker (TF's ``/job:ps/task:k``).
 
-Holds its share of the variables (or parts of them) and their optimizer slots, answers pulls
-and pushes that arrive as RPCs on the worker's event loop, and feeds them to the sans-IO
-:class:`ShardProtocol`. What it runs is its partition of the client graph, cut in two
-(``ParameterServerGraph.serve_program`` and ``apply_program``): a granted pull runs the
-partition's sends, a due update feeds the pushed gradients to its recvs and runs its updates.
-Updates and reads run on one dedicated thread, in the order the protocol issued them, so a
-pull granted after update v is always answered with update v applied.
+Holds its share of the variables (or parts of them) and their optimizer slots, answers the
+workers' pulls and pushes (messages through the Send/Recv transport, ``envelopes.py``) and
+feeds them to the sans-IO :class:`ShardProtocol`. What it runs is its partition of the client
+graph, cut in two (``ParameterServerGraph.serve_program`` and ``apply_program``): a granted
+pull runs the partition's sends, a due update feeds the pushed gradients to its recvs and
+runs its updates. Every message, and every call of the client's (stop, forget, drain,
+snapshot), is handled on one dedicated thread in the order it arrived, so a pull granted
+after update v is always answered with update v applied, and the protocol needs no lock. A
+push is acknowledged before its update runs, so its worker goes on to wait for the next read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
-from distributed.protocol import to_serialize
 
 from workbench.config import RunConfig
 from workbench.events.records import Phase, PhaseEvent, ScalarEvent, StepReport
@@ -29,7 +33,21 @@ from workbench.parallel.parameter_server.client_graph import (
     ParameterServerGraph,
     learning_rate_feed,
 )
+from workbench.parallel.parameter_server.envelopes import (
+    PICKLED,
+    PULL,
+    PUSH,
+    Envelope,
+    ack_header,
+    ack_key,
+    grant_header,
+    grant_key,
+    open_envelope,
+    unpickled,
+    values_key,
+)
 from workbench.parallel.parameter_server.messages import (
+    PushMessage,
     average_pushes,
     decode_push,
     pack_pull,
@@ -50,7 +68,7 @@ from workbench.parallel.parameter_server.protocol import (
 from workbench.parallel.parameter_server.table_rendezvous import TableRendezvous
 from workbench.runtime.device_arrays import DeviceArrays
 from workbench.runtime.device_memory import DeviceMemory
-from workbench.runtime.peer_transport import route, wire_of
+from workbench.runtime.peer_transport import PeerTransport, route, wire_of
 from workbench.runtime.worker_service import (
     SERVICE_NAME,
     RpcHandler,
@@ -81,6 +99,15 @@ class ShardSpec:
     in_graph: bool = False
     mode: str = "sync"  # --mode: sync or async
     staleness: int | None = None  # --staleness: the async updates' bound (None: unbounded)
+    # Where the shard and its workers are: the session's ranks, addresses and device names.
+    rank: int = 0
+    addresses: tuple[str, ...] = ()
+    device_names: tuple[str, ...] = ()
+    worker_ranks: tuple[int, ...] = ()
+
+
+Result = TypeVar("Result")
+log = logging.getLogger(__name__)
 
 
 class ParameterShard:
@@ -103,7 +130,7 @@ class ParameterShard:
         self.arrays = DeviceArrays.for_kind(spec.device_type, spec.device)
         self.xp = self.arrays.xp
         self.wire = wire_of(device_service().worker.address)
-        self.route = route(self.arrays.on_gpu, self.wire)
+        self.route = route(self.arrays.on_gpu, self.wire)  # until a worker's message says
         self.state = {n: self.arrays.to_device(v) for n, v in spec.store.items()}
         self.state[RENDEZVOUS] = self.rendezvous
         # What the shard measures of its memory: each pull served and each update applied is
@@ -126,55 +153,63 @@ class ParameterShard:
         # a synchronous pass would.
         self.scale = self.dtype(1.0 / spec.workers)
         self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"ps-shard-{spec.shard}")
-        self.replies: dict[tuple[int, int], asyncio.Future] = {}
+        # A granted read is answered under the asking worker's step and token.
+        self.askers: dict[tuple[int, int], tuple[int, str]] = {}
+        self.served: tuple[int, int, Any] | None = None  # (version, tower, values) last packed
+        self.failure: Exception | None = None  # a message the shard could not handle
         self.events: list[PhaseEvent] = []  # this shard's phases, handed over with snapshots
         self.reports: list[
             StepReport
         ] = []  # free-running workers' reports, until the client drains
+        self.transport = PeerTransport(
+            spec.run_id,
+            spec.rank,
+            spec.addresses,
+            spec.device_names,
+            spec.stall_timeout,
+            self.arrays,
+        )
+        for worker in spec.worker_ranks:
+            self.transport.deliver_from(worker, functools.partial(self._arrived, worker))
 
     def clock(self) -> float:
         return time.time() - self.spec.clock_origin
 
-    # --- RPC entry points (event loop) -------------------------------------------------------
+    # --- the workers' messages (event loop, then the shard's thread) --------------------------
 
-    def rpc_handlers(self) -> dict[str, RpcHandler]:
-        """What workers and the client may call (``dispatch_call``), and nothing else."""
-        return {
-            "pull": self.handle_pull,
-            "push": self.handle_push,
-            "forget": self.handle_forget,
-            "stop": self.handle_stop,
-            "drain": self.handle_drain,
-        }
+    def _arrived(self, worker: int, key: str, message: Any) -> None:
+        """A worker's message, delivered on the event loop: handled on the shard's thread."""
+        self.thread.submit(self._handle_safely, worker, key, message)
 
-    async def handle_pull(self, worker: int, step: int) -> dict[str, Any]:
-        reply = asyncio.get_running_loop().create_future()
-        self.replies[(worker, step)] = reply
-        await self._carry_out(self.protocol.handle(Pull(worker, step)))
+    def _handle_safely(self, worker: int, key: str, message: Any) -> None:
         try:
-            version, values = await asyncio.wait_for(reply, self.spec.stall_timeout)
-        except asyncio.TimeoutError:
-            self.replies.pop((worker, step), None)
-            raise TimeoutError(
-                f"ps shard {self.spec.shard} held worker {worker}'s pull for step {step} more "
-                f"than {self.spec.stall_timeout:g}s: another worker stalled or died"
-            ) from None
-        values = self.arrays.for_the_wire(values, self.wire)
-        return {"version": version, "values": to_serialize(values), "done": self.protocol.done}
+            self._handle(worker, open_envelope(key), message)
+        except Exception as error:  # kept for the client's next call: nothing waits here
+            log.exception(
+                "ps shard %s could not handle %r from worker %s", self.spec.shard, key, worker
+            )
+            self.failure = self.failure or error
 
-    async def handle_push(
-        self,
-        worker: int,
-        step: int,
-        read_version: int,
-        gradients: Any,
-        report: StepReport | None = None,
-    ) -> dict[str, Any]:
-        if report is not None:  # a free-running worker's events and losses, for the client
-            self.reports.append(report)
+    def _handle(self, worker: int, envelope: Envelope, message: Any) -> None:
+        transport = self.transport
+        if envelope.kind == PULL:
+            transport.accept(worker, message, on_host=True)  # hands the segment back
+            self.askers[(worker, envelope.version)] = (envelope.step, envelope.token)
+            self._carry_out(self.protocol.handle(Pull(worker, envelope.version)))
+        elif envelope.kind == PUSH:
+            self._push(worker, envelope, message)
+        else:  # a free-running worker's events and losses, for the client
+            self.reports.append(unpickled(transport.accept(worker, message, on_host=True)))
+
+    def _push(self, worker: int, envelope: Envelope, message: Any) -> None:
         arrived = self.clock()
-        gradients = gradients.adopted(self.arrays)
-        instructions = self.protocol.handle(Push(worker, step, read_version, gradients))
+        if envelope.form == PICKLED:
+            wired = unpickled(self.transport.accept(worker, message, on_host=True))
+            gradients = wired.adopted(self.arrays)
+        else:
+            gradients = PushMessage(self.transport.accept(worker, message), {})
+        step = envelope.step
+        instructions = self.protocol.handle(Push(worker, step, envelope.version, gradients))
         self.events.append(
             PhaseEvent(
                 self.spec.device,
@@ -184,7 +219,7 @@ class ParameterShard:
                 arrived,
                 0,
                 gradients.nbytes,
-                self.route,
+                self._route_of(worker),
             )
         )
         staleness = next(
@@ -195,18 +230,42 @@ class ParameterShard:
             ),
             None,  # sync: applied later, with staleness 0, when the last worker pushes
         )
-        await self._carry_out(instructions)
         dropped = any(isinstance(i, DropPush) and i.worker == worker for i in instructions)
-        return {"staleness": staleness, "dropped": dropped, "version": self.protocol.version}
+        # Acknowledged first: the worker goes on to wait for its next read meanwhile.
+        ack = ack_header(staleness, dropped, self.protocol.version)
+        self.transport.send(worker, ack_key(step, envelope.token), ack)
+        self._carry_out(instructions)
+
+    # --- the client's calls (event loop, then the shard's thread) ------------------------------
+
+    def rpc_handlers(self) -> dict[str, RpcHandler]:
+        """What the client may call (``dispatch_call``), and nothing else."""
+        return {
+            "forget": self.handle_forget,
+            "rejoin": self.handle_rejoin,
+            "stop": self.handle_stop,
+            "drain": self.handle_drain,
+        }
+
+    async def _on_thread(self, work: Callable[[], Result]) -> Result:
+        return await asyncio.get_running_loop().run_in_executor(self.thread, work)
 
     async def handle_forget(self, worker: int) -> None:
-        await self._carry_out(self.protocol.handle(Forget(worker)))
+        await self._on_thread(lambda: self._carry_out(self.protocol.handle(Forget(worker))))
+
+    async def handle_rejoin(self, worker: int, address: str) -> None:
+        """``worker`` is now the one at ``address`` (set up in place of a lost one)."""
+        await self._on_thread(lambda: self.transport.readdress(worker, address))
 
     async def handle_stop(self) -> None:
-        await self._carry_out(self.protocol.handle(Stop()))
+        await self._on_thread(lambda: self._carry_out(self.protocol.handle(Stop())))
 
     async def handle_drain(self) -> dict[str, Any]:
         """The workers' reports since the last drain, and where the shard is."""
+        return await self._on_thread(self._drain)
+
+    def _drain(self) -> dict[str, Any]:
+        self._raise_failure()
         reports, self.reports = self.reports, []
         protocol = self.protocol
         return {
@@ -217,19 +276,27 @@ class ParameterShard:
             "updates": dict(protocol.updates_by_worker),
         }
 
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            raise RuntimeError(
+                f"ps shard {self.spec.shard} could not handle a worker's message: {self.failure!r}"
+            ) from self.failure
+
     def snapshot(self) -> dict[str, Any]:
         """Variables, slots, staleness log and the events since the last snapshot (taken on
-        the shard's update thread)."""
-        state = self.thread.submit(
-            lambda: {n: self.arrays.to_host(v) for n, v in self.state.items() if n != RENDEZVOUS}
-        ).result()
+        the shard's thread)."""
+        return self.thread.submit(self._snapshot).result()
+
+    def _snapshot(self) -> dict[str, Any]:
+        self._raise_failure()
+        state = {n: self.arrays.to_host(v) for n, v in self.state.items() if n != RENDEZVOUS}
         names = set(self.names)
         events, self.events = self.events, []  # each event is handed over once
         step = max(self.protocol.version - 1, 0)
         if self.async_mode:
             step //= self.spec.workers
         now = self.clock()
-        memory = self.thread.submit(self.memory.report, step).result()
+        memory = self.memory.report(step)
         reports = [ScalarEvent(name, at, value, now, on) for name, at, value, on in memory]
         return {
             "parameters": {n: v for n, v in state.items() if n in names},
@@ -238,44 +305,61 @@ class ParameterShard:
             "events": [*events, *reports],
         }
 
-    # --- instructions ----------------------------------------------------------------------------
+    # --- instructions (the shard's thread) -------------------------------------------------
 
-    async def _carry_out(self, instructions: list[Instruction]) -> None:
-        loop = asyncio.get_running_loop()
+    def _carry_out(self, instructions: list[Instruction]) -> None:
         device = self.spec.device
         for instruction in instructions:
             match instruction:
                 case ApplyUpdate(version=version):
                     start = self.clock()
-                    await loop.run_in_executor(self.thread, self._apply, instruction)
+                    self._apply(instruction)
                     step = version // self.spec.workers if self.async_mode else version
                     self.events.append(PhaseEvent(device, Phase.UPDATE, step, start, self.clock()))
                 case SendParameters(worker=worker, step=step, version=version):
-                    values = await loop.run_in_executor(self.thread, self._serve, worker)
+                    asker = self.askers.pop((worker, step), None)
+                    if asker is None:
+                        continue  # asked by a worker that was forgotten since
+                    values = self._serve(worker, version)
                     now = self.clock()
                     self.events.append(
                         PhaseEvent(
-                            device, Phase.PS_PULL, step, now, now, int(values.nbytes), 0, self.route
+                            device,
+                            Phase.PS_PULL,
+                            step,
+                            now,
+                            now,
+                            int(values.nbytes),
+                            0,
+                            self._route_of(worker),
                         )
                     )
-                    reply = self.replies.pop((worker, step), None)
-                    if reply is not None and not reply.done():
-                        reply.set_result((version, values))
+                    at_step, token = asker
+                    grant = grant_header(version, self.protocol.done)
+                    self.transport.send(worker, grant_key(at_step, token), grant)
+                    self.transport.send(worker, values_key(at_step, token), values)
                 case DropPush() | IgnoreDuplicate():
-                    pass  # the push's reply says whether it was dropped; a duplicate needs none
+                    pass  # the push's answer says whether it was dropped; a duplicate needs none
                 case _:
                     unhandled(instruction)
 
-    def _serve(self, worker: int) -> Any:
-        """Run the partition's sends; the pull reply is what they sent ``worker``."""
+    def _route_of(self, worker: int) -> str:
+        """How ``worker``'s messages travel (as its last one did)."""
+        return self.transport.routes.get(worker, self.route)
+
+    def _serve(self, worker: int, version: int) -> Any:
+        """Run the partition's sends; the pull's answer is what they sent ``worker``. Every
+        worker that reads a version between-graph gets the same values: packed once."""
+        tower = worker if self.spec.in_graph else 0
+        if self.served is not None and self.served[:2] == (version, tower):
+            return self.served[2]
         self.rendezvous.sent = {}
         with self.memory.step(self.state) as ledger:
             self.serve.run({}, self.state, self.xp, ledger=ledger)
-            values = pack_pull(
-                self.rendezvous.sent, self.pulls[worker if self.spec.in_graph else 0], self.xp
-            )
+            values = pack_pull(self.rendezvous.sent, self.pulls[tower], self.xp)
             ledger.hold_array("communication", values)
-            ledger.release_array(values)  # on its way: the reply serialises it
+            ledger.release_array(values)  # on its way: the transport copies it
+        self.served = (version, tower, values)
         return values
 
     def _apply(self, update: ApplyUpdate) -> None:

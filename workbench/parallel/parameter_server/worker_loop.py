@@ -7,6 +7,11 @@ bounded-staleness waits can never form a cycle); each pull is answered with the 
 variables and the version they are at; the gradient for each shard is pushed with the version
 it was computed from, which is how the shard measures staleness.
 
+Pulls and pushes are messages (``envelopes.py``) through the Send/Recv transport: on one host
+a shared-memory channel, no RPC. A worker asks for the next step's variables as soon as it
+has pushed, before it waits for the push to be acknowledged, so the shard answers the moment
+the update is applied (the protocol already queues a pull that is early).
+
 With ``--accumulate K`` a worker runs its partition K times between a pull and a push, on
 consecutive slices of its rows, and pushes the mean of the K gradients: one pull and one push
 per step (or, async, per push), sync and async alike.
@@ -14,10 +19,10 @@ per step (or, async, per push), sync and async alike.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from distributed.protocol import to_serialize
 from distributed.utils import sync
 
 from workbench.events.records import Phase, PhaseEvent, StepReport
@@ -29,6 +34,20 @@ from workbench.parallel.data_parallel.gradient_worker import GradientWorker
 from workbench.parallel.parameter_server.client_graph import (
     ParameterServerGraph,
     build_parameter_server_graph,
+)
+from workbench.parallel.parameter_server.envelopes import (
+    DENSE,
+    NO_PAYLOAD,
+    PICKLED,
+    ack_key,
+    grant_key,
+    pickled,
+    pull_key,
+    push_key,
+    read_ack,
+    read_grant,
+    report_key,
+    values_key,
 )
 from workbench.parallel.parameter_server.messages import (
     dense_bytes,
@@ -42,7 +61,7 @@ from workbench.parallel.stop_gate import may_begin
 from workbench.parallel.towers import feed_parts
 from workbench.parallel.worker_spec import WorkerSpec
 from workbench.runtime.device_memory import REPORT_EVERY
-from workbench.runtime.peer_transport import route, wire_of
+from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import CALL_HANDLER, device_service
 from workbench.training.gradient_accumulation import GradientSum, mean_loss, micro_slices
 from workbench.training.graphs import DROPOUT_SEED, INPUTS, LABELS
@@ -54,12 +73,16 @@ class ParameterServerWorkerSpec:
     worker: WorkerSpec
     shard_addresses: tuple[str, ...]
     shard_devices: tuple[str, ...]
+    shard_ranks: tuple[int, ...]  # the shards' ranks in ``worker.addresses``
     pieces: tuple[VariablePiece, ...]  # the variables (or parts) and their shards
     # In-graph replication: the client's one graph, this worker running tower ``worker.rank``.
     # Between-graph (None): the worker builds its own graph, one tower.
     client_graph: ParameterServerGraph | None = None
     mode: str = "sync"  # --mode: sync or async
     compression: str = "none"  # --compression of the pushes (canonical)
+    # False for a worker set up in place of a lost one: the channels between its rank and the
+    # shards were the lost process's (``PeerTransport.readdress``), so it uses Dask's comms.
+    shared_memory: bool = True
 
 
 class ParameterServerWorker(GradientWorker):
@@ -78,9 +101,23 @@ class ParameterServerWorker(GradientWorker):
             else PushEncoder(compression, seed=self.config.seed + spec.worker.rank)
         )
         self._worker = device_service().worker
-        # Pulls and pushes are RPCs over Dask's comms; device arrays ride its serializers.
-        self.wire = wire_of(self._worker.address)
-        self.route = route(self.arrays.on_gpu, self.wire)
+        worker = spec.worker
+        self.transport = PeerTransport(
+            worker.run_id,
+            worker.rank,
+            worker.addresses,
+            worker.device_names,
+            self.config.stall_timeout,
+            self.arrays,
+            shared_memory=None if spec.shared_memory else False,
+        )
+        self.token = uuid.uuid4().hex[:8]  # this worker object's: see envelopes.py
+        self.asked: int | None = None  # the step whose pulls went out with the last push
+
+    @property
+    def route(self) -> str:
+        """How the pulls and pushes travel (``shared-memory``, ``tcp``, ...)."""
+        return self.transport.paths_taken() or "none"
 
     def gradient_program(self) -> tuple[tuple[str, ...], Executable]:
         """This worker's partition of the parameter-server client graph: recv the variables,
@@ -121,20 +158,34 @@ class ParameterServerWorker(GradientWorker):
                 f"{self.ps.shard_devices[shard]}: {error}"
             ) from error
 
+    def _ask(self, shard: int, step: int, wanted: int) -> None:
+        """Ask ``shard`` for a read of version ``wanted`` or newer, answered under ``step``."""
+        self.transport.send(
+            self.ps.shard_ranks[shard], pull_key(step, wanted, self.token), NO_PAYLOAD
+        )
+
     def _pull(self, step: int, newest_first: bool = False) -> tuple[list[int], int, bool]:
         """Every shard's sends to this worker, ready for the partition's recvs: (versions,
         bytes received, whether the run's updates are spent). ``newest_first`` (sync,
         free-running): ask each shard for no older a step than the shards before it granted,
         else the push to it would be ahead of it."""
+        transport, token = self.transport, self.token
+        transport.step = step
+        if self.asked != step and not newest_first:
+            for shard in range(len(self.pulls)):
+                self._ask(shard, step, step)
+        self.asked = None
         versions: list[int] = []
         received, done = 0, False
         self.rendezvous.received = {}
         for shard, transfers in enumerate(self.pulls):
-            wanted = max([step, *versions]) if newest_first else step
-            reply = self._call(shard, step, "pull", worker=self.spec.rank, step=wanted)
-            done = done or reply.get("done", False)
-            versions.append(reply["version"])
-            values = self.arrays.adopt(reply["values"])
+            peer = self.ps.shard_ranks[shard]
+            if newest_first:
+                self._ask(shard, step, max([step, *versions]))
+            version, spent = read_grant(transport.recv(peer, grant_key(step, token), on_host=True))
+            done = done or spent
+            versions.append(version)
+            values = transport.recv(peer, values_key(step, token))
             self.memory.hold("communication", values)  # the partition's recvs view it
             received += values.nbytes
             keys = [t.key for t in transfers]
@@ -178,35 +229,45 @@ class ParameterServerWorker(GradientWorker):
         return self.rendezvous.sent, float(out[self.loss_key])
 
     def _push(
-        self, step: int, gradients: dict, versions: list[int], report: StepReport | None = None
+        self,
+        step: int,
+        gradients: dict,
+        versions: list[int],
+        report: StepReport | None = None,
+        then_pull: int | None = None,
     ) -> dict:
         """The gradients for each shard: bytes sent, staleness per shard, whether shard 0
-        dropped it, and shard 0's version after it (``report`` rides on shard 0's push)."""
+        dropped it, and shard 0's version after it (``report`` goes to shard 0 first).
+        ``then_pull``: ask every shard for that step's variables before waiting for the
+        acknowledgements."""
+        transport, token = self.transport, self.token
         pushed: dict[str, Any] = {"sent": 0, "dense": 0, "staleness": [], "dropped": False}
         pushed["version"] = versions[0]
         for shard, transfers in enumerate(self.pushes):
+            peer = self.ps.shard_ranks[shard]
             message = encode_push(
                 gradients, transfers, self.graph.row_sparse, self.xp, self.encoder
             )
-            # Pickled, as the gradients are: the comm would turn its PhaseEvents into lists.
-            extra = {"report": to_serialize(report)} if shard == 0 and report is not None else {}
-            reply = self._call(
-                shard,
-                step,
-                "push",
-                worker=self.spec.rank,
-                step=step,
-                read_version=versions[shard],
-                gradients=to_serialize(message.for_the_wire(self.arrays, self.wire)),
-                **extra,
-            )
+            if shard == 0 and report is not None:
+                transport.send(peer, report_key(token), pickled(report))
+            if message.others:  # row-sparse or compressed entries: their own structure
+                wire = message.for_the_wire(self.arrays, "tcp")  # in host memory
+                transport.send(peer, push_key(step, versions[shard], token, PICKLED), pickled(wire))
+            else:
+                transport.send(peer, push_key(step, versions[shard], token, DENSE), message.dense)
             pushed["sent"] += message.nbytes
             pushed["dense"] += dense_bytes(transfers)
+        if then_pull is not None:
+            for shard in range(len(self.pulls)):
+                self._ask(shard, then_pull, then_pull)
+            self.asked = then_pull
+        for shard, peer in enumerate(self.ps.shard_ranks):
+            reply = read_ack(transport.recv(peer, ack_key(step, token), on_host=True))
             if shard == 0:
                 # Shard 0 keeps the run's count: near the end of the budget another shard may
                 # take a push shard 0 dropped (or the other way round), as async updates do.
-                pushed["dropped"] = reply.get("dropped", False)
-                pushed["version"] = reply.get("version", versions[0])
+                pushed["dropped"] = reply["dropped"]
+                pushed["version"] = reply["version"]
             if reply["staleness"] is not None:
                 pushed["staleness"].append(reply["staleness"])
         return pushed
@@ -239,7 +300,8 @@ class ParameterServerWorker(GradientWorker):
             for gradient in gradients.values():  # live until pushed
                 self.memory.hold("gradients", gradient)
             computed = self.clock()
-            pushed = self._push(step, gradients, versions)
+            last = step == first + count - 1
+            pushed = self._push(step, gradients, versions, then_pull=None if last else step + 1)
             self.memory.end()
             events += self._phases(step, start, pulled, computed, received, pushed)
             losses.append((step, loss))
@@ -276,7 +338,9 @@ class ParameterServerWorker(GradientWorker):
             for gradient in gradients.values():  # live until pushed
                 self.memory.hold("gradients", gradient)
             computed = self.clock()
-            pushed = self._push(step, gradients, versions, report)
+            # Async: the next read may be asked for at once (sync asks shard by shard).
+            ahead = None if sync else step + 1
+            pushed = self._push(step, gradients, versions, report, then_pull=ahead)
             self.memory.end()
             report = self._empty_report()
             report["events"] += self._phases(step, start, pulled, computed, received, pushed)
