@@ -76,12 +76,19 @@ def bubble_fraction(log: EventLog, devices: list[str]) -> float | None:
     >>> round(bubble_fraction(log, ["s0", "s1"]), 4)
     0.3333
     """
-    phases = [e for e in log.phases() if e.device in devices]
-    steps = sorted({e.step for e in phases})
-    steady = steps[warmup_steps(len(steps)) :]
+    wanted = set(devices)
+    steps: set[int] = set()
+    computed_by_step: dict[int, list] = {}  # one pass: a run's events, grouped by step
+    for event in log.phases():
+        if event.device not in wanted:
+            continue
+        steps.add(event.step)
+        if event.phase == Phase.COMPUTE:
+            computed_by_step.setdefault(event.step, []).append(event)
+    ordered = sorted(steps)
     fractions = []
-    for step in steady:
-        computed = [e for e in phases if e.step == step and e.phase == Phase.COMPUTE]
+    for step in ordered[warmup_steps(len(ordered)) :]:
+        computed = computed_by_step.get(step)
         if not computed:
             continue
         span = max(e.end for e in computed) - min(e.start for e in computed)
