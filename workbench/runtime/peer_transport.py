@@ -226,6 +226,19 @@ class PeerTransport:
             return message.take(self.device.to_device)
         return self.device.adopt(message)  # a staged one arrives as a host array
 
+    def lend(self, peer: int, message: Any) -> tuple[Any, Callable[[], None]]:
+        """What ``peer`` sent, read in place where it can be (a shared-memory message on a
+        CPU: no copy), and the call that hands it back once read; otherwise :meth:`accept`'s
+        own copy, whose call does nothing."""
+        if isinstance(message, SharedMessage) and not self.device.on_gpu:
+            self._count(peer, message)
+            return message.lend()
+        return self.accept(peer, message), _nothing
+
+    def recv_lent(self, peer: int, key: str) -> tuple[Any, Callable[[], None]]:
+        """:meth:`recv`, read in place where it can be (:meth:`lend`)."""
+        return self.lend(peer, self._take(peer, key))
+
     def recv_into(self, peer: int, key: str, out: Any, add_to: Any = None) -> None:
         """Receive a tensor shaped like ``out`` and store ``add_to + tensor`` (or the tensor)
         in ``out``; on CPUs from shared memory in one pass, without an intermediate copy."""
@@ -257,3 +270,7 @@ class PeerTransport:
         self.bytes_received += int(message.nbytes)
         wire = "shared-memory" if isinstance(message, SharedMessage) else self._wire
         self._record_route(peer, self.device.on_gpu, wire)
+
+
+def _nothing() -> None:
+    """Handing back what was copied: nothing to do."""

@@ -251,6 +251,22 @@ class SharedMessage:
     def copy_into(self, out: np.ndarray) -> None:
         self._consume(lambda view: np.copyto(out, view))
 
+    def lend(self) -> tuple[np.ndarray, Callable[[], None]]:
+        """The tensor in place (read-only) and the call that hands its segment back, for a
+        reader done with it later (a shard applying a push, a worker computing on its
+        pull); the view must not be used after that call, which may come once."""
+        view, self.view = self.view, None
+        if view is None:
+            raise RuntimeError("a shared message was taken twice")
+        settled = threading.Event()
+
+        def settle() -> None:
+            if not settled.is_set():
+                settled.set()
+                self._give_back()
+
+        return view, settle
+
     def _consume(self, use: Callable[[np.ndarray], Any]) -> Any:
         view, self.view = self.view, None
         if view is None:

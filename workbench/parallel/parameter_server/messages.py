@@ -122,10 +122,12 @@ def average_pushes(
     first, *rest = messages
     total = None
     if first.dense is not None:
-        total = first.dense.copy()
-        for message in rest:
+        # A new array in the first pass (the pushes may be read-only views of what arrived).
+        total = first.dense + rest[0].dense if rest else first.dense * scale
+        for message in rest[1:]:
             total += message.dense
-        total *= scale
+        if rest:
+            total *= scale
     views = _packed_views(total, transfers, first.others)
     out = []
     for position, transfer in enumerate(transfers):

@@ -155,6 +155,8 @@ class ParameterShard:
         self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"ps-shard-{spec.shard}")
         # A granted read is answered under the asking worker's step and token.
         self.askers: dict[tuple[int, int], tuple[int, str]] = {}
+        # Pushes read in place, until applied: (worker, step) -> the call handing them back.
+        self.lent: dict[tuple[int, int], Callable[[], None]] = {}
         self.served: tuple[int, int, Any] | None = None  # (version, tower, values) last packed
         self.failure: Exception | None = None  # a message the shard could not handle
         self.events: list[PhaseEvent] = []  # this shard's phases, handed over with snapshots
@@ -206,10 +208,16 @@ class ParameterShard:
         if envelope.form == PICKLED:
             wired = unpickled(self.transport.accept(worker, message, on_host=True))
             gradients = wired.adopted(self.arrays)
-        else:
-            gradients = PushMessage(self.transport.accept(worker, message), {})
+            settle = _nothing
+        else:  # read where it arrived until it is applied (or dropped): no copy
+            dense, settle = self.transport.lend(worker, message)
+            gradients = PushMessage(dense, {})
         step = envelope.step
         instructions = self.protocol.handle(Push(worker, step, envelope.version, gradients))
+        # A repeated push (the protocol ignores it) is handed back at once, the first kept.
+        repeated = (worker, step) in self.lent
+        if not repeated:
+            self.lent[(worker, step)] = settle
         self.events.append(
             PhaseEvent(
                 self.spec.device,
@@ -234,7 +242,11 @@ class ParameterShard:
         # Acknowledged first: the worker goes on to wait for its next read meanwhile.
         ack = ack_header(staleness, dropped, self.protocol.version)
         self.transport.send(worker, ack_key(step, envelope.token), ack)
-        self._carry_out(instructions)
+        self._carry_out(instructions, pushed_at=step)
+        if repeated:
+            settle()
+        elif any(isinstance(i, DropPush) and i.worker == worker for i in instructions):
+            self.lent.pop((worker, step), _nothing)()  # too late: never applied
 
     # --- the client's calls (event loop, then the shard's thread) ------------------------------
 
@@ -307,13 +319,19 @@ class ParameterShard:
 
     # --- instructions (the shard's thread) -------------------------------------------------
 
-    def _carry_out(self, instructions: list[Instruction]) -> None:
+    def _carry_out(self, instructions: list[Instruction], pushed_at: int | None = None) -> None:
+        """Carry out the protocol's ``instructions`` (``pushed_at``: the step of the push that
+        caused them, which an async update applies)."""
         device = self.spec.device
         for instruction in instructions:
             match instruction:
-                case ApplyUpdate(version=version):
+                case ApplyUpdate(version=version, workers=workers):
                     start = self.clock()
                     self._apply(instruction)
+                    # Sync: the update of step ``version``; async: the one push just made.
+                    applied = pushed_at if self.async_mode else version
+                    for worker in workers:  # the pushes were read where they arrived
+                        self.lent.pop((worker, applied), _nothing)()
                     step = version // self.spec.workers if self.async_mode else version
                     self.events.append(PhaseEvent(device, Phase.UPDATE, step, start, self.clock()))
                 case SendParameters(worker=worker, step=step, version=version):
@@ -399,3 +417,7 @@ async def call_shard(run_id: str, method: str, dask_worker=None, **arguments: An
     if shard is None:
         raise RuntimeError(f"run {run_id} has no shard on {dask_worker.address}")
     return await dispatch_call(shard, method, arguments)
+
+
+def _nothing() -> None:
+    """Handing back a push that was copied: nothing to do."""

@@ -113,6 +113,7 @@ class ParameterServerWorker(GradientWorker):
         )
         self.token = uuid.uuid4().hex[:8]  # this worker object's: see envelopes.py
         self.asked: int | None = None  # the step whose pulls went out with the last push
+        self.settles: list = []  # hand back the variables pulled, once the push is sent
 
     @property
     def route(self) -> str:
@@ -164,6 +165,11 @@ class ParameterServerWorker(GradientWorker):
             self.ps.shard_ranks[shard], pull_key(step, wanted, self.token), NO_PAYLOAD
         )
 
+    def _hand_back_pulled(self) -> None:
+        settles, self.settles = self.settles, []
+        for settle in settles:
+            settle()
+
     def _pull(self, step: int, newest_first: bool = False) -> tuple[list[int], int, bool]:
         """Every shard's sends to this worker, ready for the partition's recvs: (versions,
         bytes received, whether the run's updates are spent). ``newest_first`` (sync,
@@ -171,6 +177,7 @@ class ParameterServerWorker(GradientWorker):
         else the push to it would be ahead of it."""
         transport, token = self.transport, self.token
         transport.step = step
+        self._hand_back_pulled()
         if self.asked != step and not newest_first:
             for shard in range(len(self.pulls)):
                 self._ask(shard, step, step)
@@ -185,7 +192,9 @@ class ParameterServerWorker(GradientWorker):
             version, spent = read_grant(transport.recv(peer, grant_key(step, token), on_host=True))
             done = done or spent
             versions.append(version)
-            values = transport.recv(peer, values_key(step, token))
+            # Read where they arrived, until this step's push (no copy on a CPU).
+            values, settle = transport.recv_lent(peer, values_key(step, token))
+            self.settles.append(settle)
             self.memory.hold("communication", values)  # the partition's recvs view it
             received += values.nbytes
             keys = [t.key for t in transfers]
@@ -257,6 +266,7 @@ class ParameterServerWorker(GradientWorker):
                 transport.send(peer, push_key(step, versions[shard], token, DENSE), message.dense)
             pushed["sent"] += message.nbytes
             pushed["dense"] += dense_bytes(transfers)
+        self._hand_back_pulled()  # what was computed on them has been copied out
         if then_pull is not None:
             for shard in range(len(self.pulls)):
                 self._ask(shard, then_pull, then_pull)
