@@ -137,24 +137,57 @@ class PeerTransport:
             ) from error
         self.bytes_sent += int(array.nbytes)
 
+    def send_packed(self, peer: int, key: str, parts: Sequence[Any]) -> None:
+        """The concatenation of ``parts`` (each flattened, one dtype) to ``peer`` under
+        ``key``: on one host written straight into the channel's segment, so no packed copy
+        is made first (a parameter-server push, a shard's answer to a pull)."""
+        in_host_memory = all(isinstance(part, np.ndarray) for part in parts)
+        one_dtype = len({part.dtype for part in parts}) == 1
+        if not (in_host_memory and one_dtype and self._channel_applies(peer, parts[0])):
+            self.send(peer, key, self.device.xp.concatenate([p.reshape(-1) for p in parts]))
+            return
+        full_key = self._key(self.rank, peer, key)
+        try:
+            channel = self._channel_to(peer)
+            if channel is None:
+                self.send(peer, key, np.concatenate([p.reshape(-1) for p in parts]))
+                return
+            channel.send_packed(full_key, parts, self.stall_timeout)
+        except ForeignPathError:
+            raise
+        except Exception as error:
+            raise StallError(
+                f"step {self.step}: sending {key!r} to {self.device_names[peer]} failed: {error}"
+            ) from error
+        self._record_route(peer, False, "shared-memory")
+        self.bytes_sent += sum(int(part.nbytes) for part in parts)
+
     def _send_shared(self, peer: int, full_key: str, array: Any) -> bool:
         """Send through the shared-memory channel to ``peer``; False when that path does not
         apply (not NumPy, another host)."""
         if not self._channel_applies(peer, array):
             return False
+        channel = self._channel_to(peer)
+        if channel is None:
+            return False
+        if not isinstance(array, np.ndarray):
+            array = self.device.to_host(array)  # staged: the segment is host memory
+        channel.send(full_key, array, self.stall_timeout)  # ChannelStalled names no peer
+        return True
+
+    def _channel_to(self, peer: int) -> Any:
+        """The channel to ``peer`` once it is known to see this host's /dev/shm; None if it
+        does not (TCP from now on)."""
         channel = self._service.channels.sender(self.run_id, self.rank, peer)
         if peer not in self._probed:
             # Same address, but does the peer see this host's /dev/shm? Asked once per peer.
             path = probe_path(self.run_id, self.rank, peer)
             rpc = self._worker.rpc(self.addresses[peer])
             if not sync(self._worker.loop, getattr(rpc, PROBE_HANDLER), path=path):
-                self._shared_peers.discard(peer)  # TCP from now on
-                return False
+                self._shared_peers.discard(peer)
+                return None
             self._probed.add(peer)
-        if not isinstance(array, np.ndarray):
-            array = self.device.to_host(array)  # staged: the segment is host memory
-        channel.send(full_key, array, self.stall_timeout)  # ChannelStalled names no peer
-        return True
+        return channel
 
     def _channel_applies(self, peer: int, array: Any) -> bool:
         return peer in self._shared_peers and not array.dtype.hasobject

@@ -167,19 +167,47 @@ class ChannelSender:
     def send(self, key: str, array: np.ndarray, timeout: float) -> None:
         """Copy ``array`` into a free segment and tell the receiver; returns without waiting
         for it (the caller may reuse ``array`` at once)."""
+
+        def fill(view: np.ndarray) -> None:
+            np.copyto(view, array, casting="no")
+
+        self._send(key, array.shape, array.dtype, fill, timeout)
+
+    def send_packed(self, key: str, parts: list[np.ndarray], timeout: float) -> None:
+        """Like :meth:`send` of their concatenation (each flattened, one dtype), written
+        straight into the segment: no packed copy is made first."""
+        dtype = parts[0].dtype
+        if any(part.dtype != dtype for part in parts):
+            raise TypeError(f"packed parts must share one dtype, got {[p.dtype for p in parts]}")
+        size = sum(int(part.size) for part in parts)
+
+        def fill(view: np.ndarray) -> None:
+            np.concatenate([part.reshape(-1) for part in parts], out=view)
+
+        self._send(key, (size,), dtype, fill, timeout)
+
+    def _send(
+        self,
+        key: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        fill: Callable[[np.ndarray], None],
+        timeout: float,
+    ) -> None:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         with self._lock:
             self._collect_returned(0.0)
             retired: list[str] = []
-            segment = self._segment_for(max(int(array.nbytes), 1), retired, timeout)
-            view = np.ndarray(array.shape, dtype=array.dtype, buffer=segment.memory)
-            np.copyto(view, array, casting="no")
+            segment = self._segment_for(max(nbytes, 1), retired, timeout)
+            view = np.ndarray(shape, dtype=dtype, buffer=segment.memory)
+            fill(view)
             del view  # no exported buffer may outlive the segment
             self._held[segment.name] = segment
             header = {
                 "key": key,
                 "segment": segment.name,
-                "dtype": array.dtype.str,
-                "shape": list(array.shape),
+                "dtype": dtype.str,
+                "shape": list(shape),
                 "retired": retired,  # segments the receiver may close (grown past)
             }
             _write_all(self._ready, (json.dumps(header) + "\n").encode(), timeout)

@@ -80,6 +80,20 @@ class PushMessage:
         return PushMessage(dense, {p: _move(e, move) for p, e in self.others.items()})
 
 
+def dense_parts(
+    gradients: Mapping[str, Any],
+    transfers: Sequence[Transfer],
+    row_sparse,
+    encoder: PushEncoder | None = None,
+) -> list[Any] | None:
+    """The gradients of a push that is dense throughout, in transfer order, for the
+    transport to pack where it sends them (no packed copy first); None when some entry is
+    row-sparse or compressed (:func:`encode_push` then)."""
+    if not transfers or encoder is not None or any(t.key in row_sparse for t in transfers):
+        return None
+    return [gradients[t.key] for t in transfers]
+
+
 def encode_push(
     gradients: Mapping[str, Any],
     transfers: Sequence[Transfer],

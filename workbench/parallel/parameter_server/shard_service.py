@@ -50,7 +50,6 @@ from workbench.parallel.parameter_server.messages import (
     PushMessage,
     average_pushes,
     decode_push,
-    pack_pull,
 )
 from workbench.parallel.parameter_server.protocol import (
     ApplyUpdate,
@@ -157,7 +156,7 @@ class ParameterShard:
         self.askers: dict[tuple[int, int], tuple[int, str]] = {}
         # Pushes read in place, until applied: (worker, step) -> the call handing them back.
         self.lent: dict[tuple[int, int], Callable[[], None]] = {}
-        self.served: tuple[int, int, Any] | None = None  # (version, tower, values) last packed
+        self.served: tuple[int, int, list] | None = None  # (version, tower, values) last read
         self.failure: Exception | None = None  # a message the shard could not handle
         self.events: list[PhaseEvent] = []  # this shard's phases, handed over with snapshots
         self.reports: list[
@@ -339,6 +338,7 @@ class ParameterShard:
                     if asker is None:
                         continue  # asked by a worker that was forgotten since
                     values = self._serve(worker, version)
+                    nbytes = sum(int(part.nbytes) for part in values)
                     now = self.clock()
                     self.events.append(
                         PhaseEvent(
@@ -347,7 +347,7 @@ class ParameterShard:
                             step,
                             now,
                             now,
-                            int(values.nbytes),
+                            nbytes,
                             0,
                             self._route_of(worker),
                         )
@@ -355,7 +355,7 @@ class ParameterShard:
                     at_step, token = asker
                     grant = grant_header(version, self.protocol.done)
                     self.transport.send(worker, grant_key(at_step, token), grant)
-                    self.transport.send(worker, values_key(at_step, token), values)
+                    self.transport.send_packed(worker, values_key(at_step, token), values)
                 case DropPush() | IgnoreDuplicate():
                     pass  # the push's answer says whether it was dropped; a duplicate needs none
                 case _:
@@ -366,19 +366,18 @@ class ParameterShard:
         return self.transport.routes.get(worker, self.route)
 
     def _serve(self, worker: int, version: int) -> Any:
-        """Run the partition's sends; the pull's answer is what they sent ``worker``. Every
-        worker that reads a version between-graph gets the same values: packed once."""
+        """Run the partition's sends; the pull's answer is what they sent ``worker``, in
+        transfer order, for the transport to pack where it sends them. Every worker that
+        reads a version between-graph gets the same values: its sends run once."""
         tower = worker if self.spec.in_graph else 0
         if self.served is not None and self.served[:2] == (version, tower):
             return self.served[2]
         self.rendezvous.sent = {}
         with self.memory.step(self.state) as ledger:
             self.serve.run({}, self.state, self.xp, ledger=ledger)
-            values = pack_pull(self.rendezvous.sent, self.pulls[tower], self.xp)
-            ledger.hold_array("communication", values)
-            ledger.release_array(values)  # on its way: the transport copies it
-        self.served = (version, tower, values)
-        return values
+        parts = [self.rendezvous.sent[t.key] for t in self.pulls[tower]]
+        self.served = (version, tower, parts)
+        return parts
 
     def _apply(self, update: ApplyUpdate) -> None:
         """Feed the pushed gradients to the partition's recvs and run its updates. In-graph,

@@ -51,6 +51,7 @@ from workbench.parallel.parameter_server.envelopes import (
 )
 from workbench.parallel.parameter_server.messages import (
     dense_bytes,
+    dense_parts,
     encode_push,
     unpack_pull,
 )
@@ -254,17 +255,9 @@ class ParameterServerWorker(GradientWorker):
         pushed["version"] = versions[0]
         for shard, transfers in enumerate(self.pushes):
             peer = self.ps.shard_ranks[shard]
-            message = encode_push(
-                gradients, transfers, self.graph.row_sparse, self.xp, self.encoder
-            )
             if shard == 0 and report is not None:
                 transport.send(peer, report_key(token), pickled(report))
-            if message.others:  # row-sparse or compressed entries: their own structure
-                wire = message.for_the_wire(self.arrays, "tcp")  # in host memory
-                transport.send(peer, push_key(step, versions[shard], token, PICKLED), pickled(wire))
-            else:
-                transport.send(peer, push_key(step, versions[shard], token, DENSE), message.dense)
-            pushed["sent"] += message.nbytes
+            pushed["sent"] += self._send_push(peer, step, versions[shard], gradients, transfers)
             pushed["dense"] += dense_bytes(transfers)
         self._hand_back_pulled()  # what was computed on them has been copied out
         if then_pull is not None:
@@ -281,6 +274,29 @@ class ParameterServerWorker(GradientWorker):
             if reply["staleness"] is not None:
                 pushed["staleness"].append(reply["staleness"])
         return pushed
+
+    def _send_push(
+        self, peer: int, step: int, read_version: int, gradients: dict, transfers: list
+    ) -> int:
+        """Send ``peer`` its gradients: packed straight into the channel when they are all
+        dense, else as a pickled :class:`PushMessage` (row-sparse or compressed entries);
+        the bytes sent."""
+        transport, token = self.transport, self.token
+        row_sparse = self.graph.row_sparse
+        parts = dense_parts(gradients, transfers, row_sparse, self.encoder)
+        if parts is not None:
+            transport.send_packed(peer, push_key(step, read_version, token, DENSE), parts)
+            return sum(int(part.nbytes) for part in parts)
+        message = encode_push(gradients, transfers, row_sparse, self.xp, self.encoder)
+        if not message.others:  # dense (or nothing: a shard without variables)
+            dense = message.dense
+            if dense is None:
+                dense = self.xp.zeros(0, self.dtype)
+            transport.send(peer, push_key(step, read_version, token, DENSE), dense)
+            return message.nbytes
+        wire = message.for_the_wire(self.arrays, "tcp")  # in host memory
+        transport.send(peer, push_key(step, read_version, token, PICKLED), pickled(wire))
+        return message.nbytes
 
     def _phases(
         self, step: int, start: float, pulled: float, computed: float, received: int, pushed: dict
