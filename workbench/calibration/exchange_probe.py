@@ -19,12 +19,10 @@ alone (``Calibration.compute_stretch``).
 
 from __future__ import annotations
 
-import functools
 import statistics
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +44,7 @@ from workbench.parallel.parameter_server.envelopes import (
     push_key,
     values_key,
 )
+from workbench.parallel.parameter_server.message_loop import MessageLoop
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import SERVICE_NAME, device_service
@@ -65,26 +64,30 @@ class ProbePlace:
     stall_timeout: float
 
     def transport(self, rank: int) -> PeerTransport:
+        # Read by the one thread that receives, as a run's workers and shards do.
         return PeerTransport(
-            self.run_id, rank, self.addresses, self.device_names, self.stall_timeout
+            self.run_id,
+            rank,
+            self.addresses,
+            self.device_names,
+            self.stall_timeout,
+            reads_own_channels=True,
         )
 
 
 class ProbeShard:
     """What a shard answers during the probe, doing what a run's shard does per message
-    (``shard_service.py``), on its one thread: a pull (whose wanted version is, here, the
-    bytes wanted) is answered with a fresh copy of that many bytes (a run's shard packs its
-    variables into one array), a push is taken out of the transport and acknowledged."""
+    (``shard_service.py``), on its one thread (a :class:`MessageLoop`, as a run's shard): a
+    pull (whose wanted version is, here, the bytes wanted) is answered with that many bytes
+    sent from a ready tensor (a run's shard sends its variables), a push is taken out of the
+    transport and acknowledged."""
 
     def __init__(self, place: ProbePlace, rank: int, worker_ranks: Sequence[int]) -> None:
         self.tensors: dict[int, np.ndarray] = {}
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix="ps-probe")
         self.transport = place.transport(rank)
+        self.loop = MessageLoop(self.transport, "ps-probe")
         for worker in worker_ranks:
-            self.transport.deliver_from(worker, functools.partial(self._arrived, worker))
-
-    def _arrived(self, worker: int, key: str, message: Any) -> None:
-        self.thread.submit(self._answer, worker, key, message)
+            self.loop.deliver_from(worker, self._answer)
 
     def _answer(self, worker: int, key: str, message: Any) -> None:
         envelope = open_envelope(key)
@@ -92,14 +95,14 @@ class ProbeShard:
         step, token = envelope.step, envelope.token
         if envelope.kind == PULL:
             nbytes = envelope.version
-            values = self.tensors.setdefault(nbytes, np.ones(nbytes // 4, np.float32)).copy()
+            values = self.tensors.setdefault(nbytes, np.ones(nbytes // 4, np.float32))
             self.transport.send(worker, grant_key(step, token), grant_header(step, False))
             self.transport.send(worker, values_key(step, token), values)
         else:
             self.transport.send(worker, ack_key(step, token), ack_header(0, False, step))
 
-    def close(self) -> None:
-        self.thread.shutdown(wait=False)
+    def stop_serving(self) -> None:
+        self.loop.stop()
 
 
 def _install(place: ProbePlace, rank: int, worker_ranks: Sequence[int]) -> None:
@@ -109,10 +112,7 @@ def _install(place: ProbePlace, rank: int, worker_ranks: Sequence[int]) -> None:
 
 def _forget(run_id: str, dask_worker=None) -> None:
     service = dask_worker.plugins[SERVICE_NAME]
-    shard = service.runs.get(run_id)
-    if isinstance(shard, ProbeShard):
-        shard.close()
-    service.forget(run_id)
+    service.forget(run_id)  # a probe shard's thread ends with it
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,14 @@ class Mailbox:
                 self._arrived.wait(left)
             return self._items.pop(key)
 
+    def poll(self, key: str) -> tuple[bool, Any]:
+        """``(True, tensor)`` removed from under ``key`` if it is here now, else
+        ``(False, None)``, without waiting."""
+        with self._arrived:
+            if key in self._items:
+                return True, self._items.pop(key)
+        return False, None
+
     def discard(self, prefix: str) -> None:
         """Forget every pending tensor whose key starts with ``prefix`` (a finished run), and
         its routes."""

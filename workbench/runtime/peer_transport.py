@@ -23,6 +23,8 @@ sender's segment into a buffer of the caller's, which is how the ring all-reduce
 from __future__ import annotations
 
 import os
+import select
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,10 +34,13 @@ from distributed.protocol import to_serialize
 from distributed.utils import sync
 
 from workbench.runtime.device_arrays import DeviceArrays
-from workbench.runtime.shared_memory_channel import SharedMessage, probe_path
+from workbench.runtime.shared_memory_channel import ChannelReceiver, SharedMessage, probe_path
 from workbench.runtime.transport import StallError, apply_received
 from workbench.runtime.worker_service import PROBE_HANDLER, SEND_HANDLER, device_service
 from workbench.safe_io import ForeignPathError
+
+# How long a wait on its own channels goes before it looks into the mailbox again.
+OWN_CHANNEL_POLL_S = 0.05
 
 
 def route(on_device: bool, wire: str) -> str:
@@ -73,9 +78,13 @@ class PeerTransport:
         stall_timeout: float,
         device: DeviceArrays | None = None,
         shared_memory: bool | None = None,
+        reads_own_channels: bool = False,
     ) -> None:
         """``shared_memory``: whether peers on this host may use the channels (default: unless
-        ``DTRAIN_SHARED_MEMORY=0``); calibration turns it off to time Dask's RPCs."""
+        ``DTRAIN_SHARED_MEMORY=0``); calibration turns it off to time Dask's RPCs.
+        ``reads_own_channels``: the one thread that receives reads the channels' FIFOs
+        itself while it waits, instead of the worker's event loop
+        reading them and waking it: one wake-up per message instead of two."""
         self.run_id, self.rank, self.size = run_id, rank, len(addresses)
         self.device = device if device is not None else DeviceArrays.for_kind("cpu")
         self.routes: dict[int, str] = {}  # peer -> how the last tensor to or from it travelled
@@ -99,8 +108,14 @@ class PeerTransport:
         }
         self._probed: set[int] = set()
         channels = self._service.channels
+        # The channels this rank reads itself, by peer (reads_own_channels).
+        self.own_channels: dict[int, ChannelReceiver] = {}
         for peer in self._shared_peers:
-            channels.listen(run_id, peer, rank, self._service.mailbox.put)
+            receiver = channels.listen(
+                run_id, peer, rank, self._service.mailbox.put, on_loop=not reads_own_channels
+            )
+            if not receiver.on_loop:
+                self.own_channels[peer] = receiver
 
     def readdress(self, peer: int, address: str) -> None:
         """``peer`` is now the worker at ``address`` (set up in place of one that was lost).
@@ -287,16 +302,37 @@ class PeerTransport:
             message.add_into(out, add_to)
 
     def _take(self, peer: int, key: str) -> Any:
+        full_key = self._key(peer, self.rank, key)
         try:
-            message = self._service.mailbox.take(
-                self._key(peer, self.rank, key), self.stall_timeout
-            )
-        except TimeoutError:
+            if peer in self.own_channels:
+                return self._take_reading(peer, full_key)
+            message = self._service.mailbox.take(full_key, self.stall_timeout)
+        except (TimeoutError, OSError):  # OSError: the run's channels were closed meanwhile
             raise StallError(
                 f"step {self.step}: {self.device_names[self.rank]} waited {self.stall_timeout:g}s "
                 f"for {key!r} from {self.device_names[peer]}, which stalled or died"
             ) from None
         return message
+
+    def _take_reading(self, peer: int, full_key: str) -> Any:
+        """:meth:`_take` from a peer whose channel this rank reads itself: what the peer
+        announced goes into the mailbox, and the thread waits on the channel's FIFO."""
+        mailbox, deadline = self._service.mailbox, time.monotonic() + self.stall_timeout
+        receiver = self.own_channels[peer]
+        while True:
+            found, message = mailbox.poll(full_key)
+            if found:
+                return message
+            receiver.on_readable()
+            found, message = mailbox.poll(full_key)
+            if found:
+                return message
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(full_key)
+            # A message the peer sent over Dask's comms instead (it fell back to TCP) lands
+            # in the mailbox without waking this wait: looked for again every poll.
+            select.select([receiver.ready], [], [], min(left, OWN_CHANNEL_POLL_S))
 
     def _count(self, peer: int, message: Any) -> None:
         """Bytes and route of a message from ``peer``."""

@@ -5,7 +5,10 @@ Over loopback TCP every byte is copied by the kernel on both sides, and a Dask R
 a millisecond through two event loops. Here the sender copies the tensor once into a segment
 from its pool for this peer and writes a one-line header (key, segment, dtype, shape) into a
 FIFO; the receiver's event loop reads the header and puts a :class:`SharedMessage` (a view
-of the segment) into the mailbox. The task that takes it either copies it out or, in a
+of the segment) into the mailbox, or, where one thread receives everything (a pipeline
+stage, a parameter-server worker or shard: ``listen(on_loop=False)``), that thread reads the
+FIFO itself while it waits, one wake-up instead of two. The task that takes it either copies
+it out, reads it in place until it is done with it (:meth:`SharedMessage.lend`) or, in a
 collective, adds it straight into its own buffer (one pass over the bytes instead of two),
 and then hands the segment back through a second FIFO.
 
@@ -320,8 +323,18 @@ class ChannelReceiver:
         self._attached: dict[str, Segment] = {}
         self._deliver = deliver
         self._lock = threading.Lock()
+        self._reading = threading.RLock()  # one reader at a time: the loop's, or a pumper's
+        self.on_loop = True  # read by the worker's event loop (else by whoever waits on it)
 
     def on_readable(self) -> None:
+        """Deliver every message the sender has announced so far (the event loop calls it
+        when the FIFO is readable; a thread that waits on this channel itself may call it
+        any time)."""
+        with self._reading:
+            if not self._closed:
+                self._deliver_announced()
+
+    def _deliver_announced(self) -> None:
         for line in _read_lines(self.ready, self._pending):
             header = json.loads(line)
             with self._lock:
@@ -349,7 +362,7 @@ class ChannelReceiver:
             _write_all(self._done, (name + "\n").encode(), timeout=1.0)
 
     def close(self) -> None:
-        with self._lock:
+        with self._reading, self._lock:
             if self._closed:
                 return
             self._closed = True
@@ -403,16 +416,29 @@ class ChannelRegistry:
             return self._senders[key]
 
     def listen(
-        self, run_id: str, source: int, target: int, deliver: Callable[[str, Any], None]
-    ) -> None:
-        """Start delivering what ``source`` sends to ``target`` (idempotent). What arrives
-        before the event loop registers the reader waits in the FIFO."""
+        self,
+        run_id: str,
+        source: int,
+        target: int,
+        deliver: Callable[[str, Any], None],
+        on_loop: bool = True,
+    ) -> ChannelReceiver:
+        """Start delivering what ``source`` sends to ``target`` (idempotent: the first call
+        decides). What arrives before the event loop registers the reader waits in the FIFO.
+        ``on_loop=False``: the event loop leaves the FIFO alone, and the one thread that waits
+        for these messages reads it itself (:meth:`ChannelReceiver.on_readable`), which saves
+        the hop through the event loop on every message."""
         with self._guard:
             key = (run_id, source, target)
             if key in self._receivers:
-                return
+                return self._receivers[key]
             receiver = self._receivers[key] = ChannelReceiver(run_id, source, target, deliver)
-        self._loop.call_soon_threadsafe(self._loop.add_reader, receiver.ready, receiver.on_readable)
+            receiver.on_loop = on_loop
+        if on_loop:
+            self._loop.call_soon_threadsafe(
+                self._loop.add_reader, receiver.ready, receiver.on_readable
+            )
+        return receiver
 
     def discard(self, run_id: str | None = None) -> None:
         """Close the channels of run ``run_id`` (of every run if None)."""
@@ -427,8 +453,9 @@ class ChannelRegistry:
             self._on_loop(functools.partial(self._stop, receiver))
 
     def _stop(self, receiver: ChannelReceiver) -> None:
-        with contextlib.suppress(Exception):
-            self._loop.remove_reader(receiver.ready)
+        if receiver.on_loop:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(receiver.ready)
         receiver.close()
 
     def _on_loop(self, action: Callable[[], None]) -> None:

@@ -80,7 +80,10 @@ class DeviceService(WorkerPlugin):
     def forget(self, run_id: str) -> None:
         """Drop a run's resident state, data set, pending tensors and shared-memory
         segments."""
-        self.runs.pop(run_id, None)
+        state = self.runs.pop(run_id, None)
+        stop_serving = getattr(state, "stop_serving", None)
+        if callable(stop_serving):  # a service with a thread of its own (a parameter shard)
+            stop_serving()
         forget_dataset(run_id)
         self.mailbox.discard(run_id)
         self.channels.discard(run_id)

@@ -14,11 +14,9 @@ push is acknowledged before its update runs, so its worker goes on to wait for t
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -46,6 +44,7 @@ from workbench.parallel.parameter_server.envelopes import (
     unpickled,
     values_key,
 )
+from workbench.parallel.parameter_server.message_loop import MessageLoop
 from workbench.parallel.parameter_server.messages import (
     PushMessage,
     average_pushes,
@@ -151,7 +150,6 @@ class ParameterShard:
         # worker's gradient counts 1/N, so a pass over the data moves the variables as far as
         # a synchronous pass would.
         self.scale = self.dtype(1.0 / spec.workers)
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix=f"ps-shard-{spec.shard}")
         # A granted read is answered under the asking worker's step and token.
         self.askers: dict[tuple[int, int], tuple[int, str]] = {}
         # Pushes read in place, until applied: (worker, step) -> the call handing them back.
@@ -169,18 +167,21 @@ class ParameterShard:
             spec.device_names,
             spec.stall_timeout,
             self.arrays,
+            reads_own_channels=True,
         )
+        # Every message and call is handled on this loop's one thread (message_loop.py).
+        self.loop = MessageLoop(self.transport, f"ps-shard-{spec.shard}")
         for worker in spec.worker_ranks:
-            self.transport.deliver_from(worker, functools.partial(self._arrived, worker))
+            self.loop.deliver_from(worker, self._handle_safely)
 
     def clock(self) -> float:
         return time.time() - self.spec.clock_origin
 
-    # --- the workers' messages (event loop, then the shard's thread) --------------------------
+    def stop_serving(self) -> None:
+        """The run is over on this worker: end the shard's thread."""
+        self.loop.stop()
 
-    def _arrived(self, worker: int, key: str, message: Any) -> None:
-        """A worker's message, delivered on the event loop: handled on the shard's thread."""
-        self.thread.submit(self._handle_safely, worker, key, message)
+    # --- the workers' messages (the shard's thread) ------------------------------------------
 
     def _handle_safely(self, worker: int, key: str, message: Any) -> None:
         try:
@@ -259,7 +260,7 @@ class ParameterShard:
         }
 
     async def _on_thread(self, work: Callable[[], Result]) -> Result:
-        return await asyncio.get_running_loop().run_in_executor(self.thread, work)
+        return await asyncio.wrap_future(self.loop.submit(work))
 
     async def handle_forget(self, worker: int) -> None:
         await self._on_thread(lambda: self._carry_out(self.protocol.handle(Forget(worker))))
@@ -296,7 +297,7 @@ class ParameterShard:
     def snapshot(self) -> dict[str, Any]:
         """Variables, slots, staleness log and the events since the last snapshot (taken on
         the shard's thread)."""
-        return self.thread.submit(self._snapshot).result()
+        return self.loop.submit(self._snapshot).result()
 
     def _snapshot(self) -> dict[str, Any]:
         self._raise_failure()

@@ -111,6 +111,7 @@ class ParameterServerWorker(GradientWorker):
             self.config.stall_timeout,
             self.arrays,
             shared_memory=None if spec.shared_memory else False,
+            reads_own_channels=True,  # the worker's one thread receives everything
         )
         self.token = uuid.uuid4().hex[:8]  # this worker object's: see envelopes.py
         self.asked: int | None = None  # the step whose pulls went out with the last push

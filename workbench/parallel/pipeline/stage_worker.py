@@ -228,6 +228,7 @@ class StageWorker(ResidentProgram):
             worker.device_names,
             spec.stall_timeout,
             self.arrays,
+            reads_own_channels=True,  # the stage's one thread receives everything
         )
         # The same stage and tensor rank on every replica: the group that averages this
         # device's gradients.
