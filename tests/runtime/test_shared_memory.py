@@ -119,6 +119,28 @@ def test_a_copied_message_is_private_and_its_segment_is_reused(pair):
     assert len(pair.segments()) == 1
 
 
+def test_packed_parts_arrive_as_their_concatenation_written_once(pair):
+    parts = [np.arange(6, dtype=np.float32).reshape(2, 3), np.full(2, 9, np.float32)]
+    pair.sender.send_packed("p", parts, timeout=1.0)
+    assert pair.take("p").copy().tolist() == [0, 1, 2, 3, 4, 5, 9, 9]
+    with pytest.raises(TypeError, match="one dtype"):
+        pair.sender.send_packed("q", [np.ones(2, np.float32), np.ones(2)], timeout=1.0)
+
+
+def test_a_lent_message_keeps_its_segment_until_it_is_settled(pair):
+    pair.send("lent", np.full(4, 3.0))
+    view, settle = pair.take("lent").lend()
+    pair.send("next", np.full(4, 5.0))  # the lent segment is not free: a second one
+    assert view.tolist() == [3.0] * 4 and not view.flags.writeable
+    assert len(pair.segments()) == 2
+    pair.take("next").copy()
+    settle()
+    settle()  # once only: a second call hands nothing back twice
+    pair.send("again", np.zeros(4))
+    pair.send("more", np.zeros(4))
+    assert len(pair.segments()) == 2  # both came back and are written again
+
+
 def test_the_sender_does_not_wait_for_a_receiver_that_has_not_taken_yet(pair):
     for index in range(3):
         pair.send(f"k{index}", np.full(3, float(index)))

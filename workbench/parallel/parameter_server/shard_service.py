@@ -329,7 +329,7 @@ class ParameterShard:
                     start = self.clock()
                     self._apply(instruction)
                     # Sync: the update of step ``version``; async: the one push just made.
-                    applied = pushed_at if self.async_mode else version
+                    applied = pushed_at if self.async_mode and pushed_at is not None else version
                     for worker in workers:  # the pushes were read where they arrived
                         self.lent.pop((worker, applied), _nothing)()
                     step = version // self.spec.workers if self.async_mode else version

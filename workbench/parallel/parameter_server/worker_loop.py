@@ -20,6 +20,7 @@ per step (or, async, per push), sync and async alike.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,7 @@ from workbench.parallel.resident_steps import keep_resident
 from workbench.parallel.stop_gate import may_begin
 from workbench.parallel.towers import feed_parts
 from workbench.parallel.worker_spec import WorkerSpec
+from workbench.passes import Transfer
 from workbench.runtime.device_memory import REPORT_EVERY
 from workbench.runtime.peer_transport import PeerTransport
 from workbench.runtime.worker_service import CALL_HANDLER, device_service
@@ -277,7 +279,12 @@ class ParameterServerWorker(GradientWorker):
         return pushed
 
     def _send_push(
-        self, peer: int, step: int, read_version: int, gradients: dict, transfers: list
+        self,
+        peer: int,
+        step: int,
+        read_version: int,
+        gradients: dict,
+        transfers: Sequence[Transfer],
     ) -> int:
         """Send ``peer`` its gradients: packed straight into the channel when they are all
         dense, else as a pickled :class:`PushMessage` (row-sparse or compressed entries);
