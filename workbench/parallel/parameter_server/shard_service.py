@@ -356,7 +356,9 @@ class ParameterShard:
                     at_step, token = asker
                     grant = grant_header(version, self.protocol.done)
                     self.transport.send(worker, grant_key(at_step, token), grant)
-                    self.transport.send_packed(worker, values_key(at_step, token), values)
+                    # A shard that holds nothing this worker reads still answers.
+                    parts = values or [self.xp.zeros(0, self.dtype)]
+                    self.transport.send_packed(worker, values_key(at_step, token), parts)
                 case DropPush() | IgnoreDuplicate():
                     pass  # the push's answer says whether it was dropped; a duplicate needs none
                 case _:
