@@ -158,22 +158,21 @@ class PeerTransport:
         is made first (a parameter-server push, a shard's answer to a pull)."""
         in_host_memory = all(isinstance(part, np.ndarray) for part in parts)
         one_dtype = len({part.dtype for part in parts}) == 1
-        if not (in_host_memory and one_dtype and self._channel_applies(peer, parts[0])):
-            self.send(peer, key, self.device.xp.concatenate([p.reshape(-1) for p in parts]))
-            return
+        applies = in_host_memory and one_dtype and self._channel_applies(peer, parts[0])
         full_key = self._key(self.rank, peer, key)
         try:
-            channel = self._channel_to(peer)
-            if channel is None:
-                self.send(peer, key, np.concatenate([p.reshape(-1) for p in parts]))
-                return
-            channel.send_packed(full_key, parts, self.stall_timeout)
+            channel = self._channel_to(peer) if applies else None
+            if channel is not None:
+                channel.send_packed(full_key, parts, self.stall_timeout)
         except ForeignPathError:
             raise
         except Exception as error:
             raise StallError(
                 f"step {self.step}: sending {key!r} to {self.device_names[peer]} failed: {error}"
             ) from error
+        if channel is None:  # packed first, then sent as any tensor is
+            self.send(peer, key, self.device.xp.concatenate([p.reshape(-1) for p in parts]))
+            return
         self._record_route(peer, False, "shared-memory")
         self.bytes_sent += sum(int(part.nbytes) for part in parts)
 

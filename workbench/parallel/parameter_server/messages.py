@@ -22,12 +22,6 @@ import numpy as np
 from workbench.parallel.collectives.compression import Payload, PushEncoder, decode
 from workbench.passes import Transfer
 
-
-def pack_pull(values: Mapping[str, Any], transfers: Sequence[Transfer], xp: Any = np) -> Any:
-    """One flat array of the transfers' values (a copy: the variables change afterwards)."""
-    return xp.concatenate([values[t.key].reshape(-1) for t in transfers])
-
-
 Key = TypeVar("Key", bound=Hashable)
 
 
