@@ -130,6 +130,8 @@ def test_a_local_gpu_cluster_keeps_arrays_resident_and_one_thread_per_worker(mon
         def __init__(self, **options):
             started.update(options)
             started["pre-spawn"] = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
+            started["profile"] = dask.config.get("distributed.worker.profile.enabled")
+            started["tick"] = dask.config.get("distributed.admin.tick.interval")
 
     monkeypatch.setitem(
         sys.modules, "dask_cuda", types.SimpleNamespace(LocalCUDACluster=LocalCUDACluster)
@@ -139,6 +141,8 @@ def test_a_local_gpu_cluster_keeps_arrays_resident_and_one_thread_per_worker(mon
     assert started["threads_per_worker"] == 1 and started["n_workers"] == 4
     assert started["pre-spawn"]["OMP_NUM_THREADS"] == "1"
     assert started["pre-spawn"]["MALLOC_TRIM_THRESHOLD_"] == str(256 << 20)
+    # Fewer wake-ups of the workers' event loops: no profiler, a tick a second.
+    assert started["profile"] is False and started["tick"] == "1s"
     # One worker per GPU: dask-cuda pins them itself (shared GPUs never reach it:
     # tests/runtime/test_shared_gpu_cluster.py).
     assert "CUDA_VISIBLE_DEVICES" not in started

@@ -11,6 +11,13 @@ measurement).
 dask-cuda's ``LocalCUDACluster`` replaces any ``env=`` it is given with each worker's
 ``CUDA_VISIBLE_DEVICES``, so both kinds of cluster take these variables from distributed's
 ``distributed.nanny.pre-spawn-environ`` setting instead, which every nanny applies.
+
+Two of Dask's timers wake these workers' event loops less (:data:`WORKER_CONFIG`), since each
+wake-up takes the interpreter lock from the device's thread as it comes back from a kernel:
+the sampling profiler is off (every 10 ms it walks the running task's stack; the workbench's
+own phase events say where a step goes), and the loop's health tick runs every second, not
+every 20 ms (a loop blocked for longer than its 3 s limit is still reported). The costs are
+measured in docs/architecture/dask-costs.md, "What Dask costs".
 """
 
 from __future__ import annotations
@@ -28,6 +35,13 @@ WORKER_ENVIRONMENT = {
 }
 
 
+# Dask settings of the workers the workbench starts (each nanny hands its worker the
+# configuration it was made under).
+WORKER_CONFIG = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+}
+
 WORKER_PRIORITY_PRELOAD = "workbench.runtime.worker_priority"
 
 
@@ -43,7 +57,8 @@ def worker_preloads() -> list[str]:
 
 @contextlib.contextmanager
 def worker_environment() -> Iterator[None]:
-    """While workers spawn: :data:`WORKER_ENVIRONMENT` in their nannies' pre-spawn setting.
+    """While workers spawn: :data:`WORKER_ENVIRONMENT` in their nannies' pre-spawn setting,
+    and :data:`WORKER_CONFIG` in the configuration the nannies hand their workers.
 
     Distributed lets a variable already in this process's environment override its config,
     and its nannies copy their pre-spawn variables into this process's environment (so the
@@ -59,7 +74,7 @@ def worker_environment() -> Iterator[None]:
     previous = {name: os.environ.get(name) for name in WORKER_ENVIRONMENT}
     os.environ.update(WORKER_ENVIRONMENT)
     try:
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": pre_spawn}):
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": pre_spawn, **WORKER_CONFIG}):
             yield
     finally:
         for name, value in previous.items():
