@@ -28,7 +28,7 @@ from workbench.parallel.custom_loops import (
     setup_custom_loop,
 )
 from workbench.parallel.device_run import drop_device_state, snapshot_device, stage_run_dataset
-from workbench.parallel.dispatch import DeviceFailure, submit_each, wait_all
+from workbench.parallel.dispatch import DeviceFailure, FutureWatch, submit_each, wait_all
 from workbench.parallel.worker_spec import WorkerSpec
 from workbench.runtime.cluster import ClusterSession, start_run_cluster
 from workbench.runtime.devices import device_name
@@ -170,8 +170,9 @@ class ClusterLoop:
         that leaves the cluster or a call past the deadline is a :class:`DeviceFailure`."""
         session = self._live_session()
         started = checked = time.monotonic()
+        watch = FutureWatch(futures)
         while any(future.status == "pending" for future in futures):
-            time.sleep(0.002)
+            watch.wait()
             if time.monotonic() - checked > 0.5:
                 checked = time.monotonic()
                 alive = set(session.client.scheduler_info(n_workers=-1)["workers"])

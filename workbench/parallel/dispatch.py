@@ -63,6 +63,32 @@ class StoppedInFault(Exception):
 # closed, the task queued behind a failed one): a restore gets past them. Any other error
 # came from the device's own work and would only happen again.
 _PEER_ERRORS = (TimeoutError, PreviousTaskFailed, CommClosedError, KilledWorker)
+# How long a wait for results sleeps between two looks at the Stop button and the deadline
+# when no result came in; a result wakes it at once (:class:`FutureWatch`).
+WAKE_S = 0.05
+
+
+class FutureWatch:
+    """Wakes whoever waits on it as soon as one of ``futures`` leaves ``pending`` (finished,
+    failed, cancelled or lost), through the futures' done callbacks.
+
+    A wait that polled the futures every few milliseconds would wake the client hundreds of
+    times a second; on a machine whose cores the devices keep busy, each wake-up takes a
+    core from a device (docs/architecture/dask-costs.md, "What Dask costs")."""
+
+    def __init__(self, futures: Sequence) -> None:
+        self._changed = threading.Event()
+        for future in futures:
+            future.add_done_callback(self._wake)
+
+    def _wake(self, _future: Any) -> None:
+        self._changed.set()
+
+    def wait(self, seconds: float = WAKE_S) -> None:
+        """Return once a future changed since the last wait, or after ``seconds``; the
+        futures' states are current when it returns."""
+        self._changed.wait(seconds)
+        self._changed.clear()
 
 
 def submit_each(
@@ -130,16 +156,14 @@ def wait_all(
 
     started = checked = time.monotonic()
     pending = list(futures)
+    watch = FutureWatch(futures)  # unlike distributed.wait, needs no default client
     while pending:
         if stop is not None and stop.is_set():
             raise StopRequested
         if time.monotonic() - checked > 0.5:
             checked = time.monotonic()
             _raise_if_a_device_left(session, futures, what, step)
-
-        # Future states are kept current by the client's event loop; polling them costs
-        # microseconds and, unlike distributed.wait, needs no default client.
-        time.sleep(0.002)
+        watch.wait()
         for future in list(pending):
             if future.status == "finished":
                 pending.remove(future)
