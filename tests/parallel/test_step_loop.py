@@ -11,7 +11,7 @@ import pytest
 
 from tests.parallel import step_tasks
 from workbench.events import EventLog
-from workbench.parallel.dispatch import DeviceFailure
+from workbench.parallel.dispatch import DeviceFailure, FutureWatch
 from workbench.parallel.loop_run import NO_PAUSES, LoopRun, NoPauses, RoundHooks, StepTasks
 from workbench.parallel.step_loop import STEPS_PER_TASK, drive_steps
 from workbench.runtime.cluster import start_cluster
@@ -115,3 +115,22 @@ def test_a_stop_ends_the_run_after_the_rounds_in_flight(session):
     # The round already on the devices when the stop came finishes; nothing after it.
     assert all(rounds == [0, STEPS_PER_TASK] for rounds in ran.values())
     assert log.scalars("loss")[-1].step == 2 * STEPS_PER_TASK - 1
+
+
+def _fail_after(seconds: float) -> None:
+    time.sleep(seconds)
+    raise RuntimeError("failing on purpose")
+
+
+def test_a_wait_for_results_wakes_when_one_comes_not_on_a_timer(session):
+    """The client sleeps while the devices run (a wake-up would take a core from one) and
+    still hears at once of a result, or of a failure."""
+    finishing = session.client.submit(time.sleep, 0.3, pure=False)
+    failing = session.client.submit(_fail_after, 0.6, pure=False)
+    for future in (finishing, failing):
+        watch = FutureWatch([future])
+        started = time.monotonic()
+        watch.wait(60.0)
+        assert future.status in ("finished", "error")
+        assert time.monotonic() - started < 20  # not the 60 s the wait allows
+    assert failing.status == "error"
