@@ -38,8 +38,8 @@ def test_a_local_workers_tasks_run_at_a_lower_priority_unsampled():
         cluster.close()
     expected = min(19, os.nice(0) + LOCAL_WORKER_NICENESS)
     assert in_task == expected and on_loop == expected
-    # Nothing wakes the worker's event loop more often than once a second: no profiler
-    # sampling the task's thread every 10 ms, no 20 ms health tick.
+    # No profiler sampling the task's thread every 10 ms, a health tick a second instead of
+    # every 20 ms: nothing wakes the worker's event loop more often than twice a second.
     assert "profile" not in timers and timers["tick"] == 1000, timers
     assert min(timers.values()) >= 500, timers  # the system monitor: twice a second
     assert dask.config.get("distributed.worker.profile.enabled")  # this process's is unchanged

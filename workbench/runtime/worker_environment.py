@@ -36,7 +36,8 @@ WORKER_ENVIRONMENT = {
 
 
 # Dask settings of the workers the workbench starts (each nanny hands its worker the
-# configuration it was made under).
+# configuration it was made under; a local cluster's scheduler, made in the same block, ticks
+# once a second too).
 WORKER_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",
