@@ -16,6 +16,7 @@ from workbench.charts.memory_data import CATEGORIES, PREDICTED_LABEL
 from workbench.dashboard.pages import show_page
 from workbench.dashboard.preload import PAGE_FIGURES
 from workbench.dashboard.run_board import RunBoard
+from workbench.dashboard.wire_rows import event_rows
 from workbench.events import EventLog
 from workbench.events.memory_summary import memory_scalars
 from workbench.events.records import ScalarEvent
@@ -147,7 +148,7 @@ def test_the_dashboard_has_a_memory_page():
     board = RunBoard()
     page = show_page(PAGE_FIGURES["/individual-workbench-memory"], board, Document())
     assert list(page.charts.figures) == ["memory", "memory_split"]
-    events = [event.to_dict() for event in _log((0, 20)).events]
+    events = event_rows(_log((0, 20)).events)
     board.publish("run-1", events, {"strategy": "mirrored", "devices": list(DEVICES)})
     page.tick()
     assert page.charts.sources["memory_split"].data["step"] == [20, 20]

@@ -18,6 +18,7 @@ from workbench.charts.live_charts import FAULT_COLOURS, PHASE_COLOURS, TIMELINE_
 from workbench.charts.step_comparison import step_comparison
 from workbench.dashboard.pages import RunPage
 from workbench.dashboard.run_board import RunBoard
+from workbench.dashboard.wire_rows import event_rows
 from workbench.events import EventLog
 from workbench.events.records import Phase, PhaseEvent, ScalarEvent
 from workbench.notebook.step_view import measured_rows, predicted_rows
@@ -194,7 +195,7 @@ def test_the_action_survives_the_store_the_server_json_and_the_trace(tmp_path):
 
 def test_the_dashboard_page_draws_the_actions_it_is_published():
     board = RunBoard()
-    board.publish("pipe", [event.to_dict() for event in zero_bubble_like()], {"batch_size": 8})
+    board.publish("pipe", event_rows(zero_bubble_like()), {"batch_size": 8})
     page = RunPage(board, ("timeline", "stragglers"))
     page.tick()
     drawn = page.charts.sources["actions"].data

@@ -7,12 +7,13 @@ from workbench.dashboard.pages import NO_RUN, REFRESH_MILLISECONDS, STEP_CSS_CLA
 from workbench.dashboard.preload import PAGE_FIGURES
 from workbench.dashboard.publisher import PUBLISH_HZ
 from workbench.dashboard.run_board import RunBoard
+from workbench.dashboard.wire_rows import event_rows
 from workbench.events.records import PhaseEvent, ScalarEvent
 
 DESCRIPTION = {"strategy": "mirrored", "devices": ["/task:0", "/task:1"], "batch_size": 32}
 
 
-def events(steps: range) -> list[dict]:
+def events(steps: range) -> list[tuple]:
     found = []
     for step in steps:
         for rank in (0, 1):
@@ -20,7 +21,7 @@ def events(steps: range) -> list[dict]:
             found.append(PhaseEvent(f"/task:{rank}", "compute", step, start, start + 0.06))
             found.append(PhaseEvent(f"/task:{rank}", "allreduce", step, start + 0.06, start + 0.09))
         found.append(ScalarEvent("loss", step, 2.0 - 0.01 * step, 0.1 * step + 0.09))
-    return [event.to_dict() for event in found]
+    return event_rows(found)
 
 
 def test_every_page_shows_its_two_figures_titled_no_run_before_any_run():

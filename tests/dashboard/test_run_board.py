@@ -4,15 +4,18 @@ import pytest
 
 from workbench.dashboard import run_board
 from workbench.dashboard.run_board import RunBoard
+from workbench.dashboard.wire_rows import event_rows
 from workbench.events.records import PhaseEvent, ScalarEvent
 
 
-def loss(step: int) -> dict:
-    return ScalarEvent("loss", step, 1.0 / (step + 1), 0.1 * step).to_dict()
+def loss(step: int) -> tuple:
+    (row,) = event_rows([ScalarEvent("loss", step, 1.0 / (step + 1), 0.1 * step)])
+    return row
 
 
-def compute(step: int, device: str = "/task:0") -> dict:
-    return PhaseEvent(device, "compute", step, 0.1 * step, 0.1 * step + 0.05).to_dict()
+def compute(step: int, device: str = "/task:0") -> tuple:
+    (row,) = event_rows([PhaseEvent(device, "compute", step, 0.1 * step, 0.1 * step + 0.05)])
+    return row
 
 
 def test_a_reader_keeps_its_place_across_batches():
@@ -53,6 +56,8 @@ def test_the_newest_run_is_followed_and_old_finished_runs_go_first(monkeypatch):
 
 def test_a_malformed_batch_stores_nothing():
     board = RunBoard()
-    with pytest.raises(TypeError):
-        board.publish("a", [loss(0), {"kind": "scalar", "name": "loss"}])
+    with pytest.raises(ValueError, match="event row 1"):
+        board.publish("a", [loss(0), (1, "loss")])
+    with pytest.raises(ValueError, match="unknown phase 'napping'"):
+        board.publish("a", [loss(0), (*compute(0)[:2], "napping", *compute(0)[3:])])
     assert board.read("a", 0) == ([], 0)

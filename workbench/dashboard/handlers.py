@@ -21,7 +21,7 @@ def install(scheduler) -> RunBoard:
         board = scheduler.extensions[BOARD_EXTENSION] = RunBoard()
 
     def publish_events(
-        run: str, events: list[dict], description: dict | None = None, finished: bool = False
+        run: str, events: list, description: dict | None = None, finished: bool = False
     ) -> dict:
         # The reply tells the publisher the handler exists: a scheduler without it answers
         # an unknown operation with None.

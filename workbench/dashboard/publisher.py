@@ -1,11 +1,12 @@
 """The client's side of the wire: send a run's events to the scheduler's run board.
 
 A background thread reads the run's :class:`~workbench.events.EventLog` from where it stopped
-(as the live charts do) and sends what is new in one message, at most ``PUBLISH_HZ`` times a
-second. Training never waits for it and never fails because of it: if the scheduler has no
-board (started without the preload) or a send fails, the publisher says so once and stops.
-Its thread runs at a lower CPU priority (``PUBLISHER_NICE``): on a machine whose cores the
-devices fill, the charts may lag a little, the steps do not.
+(as the live charts do) and sends what is new in one message (a row per event,
+:mod:`~workbench.dashboard.wire_rows`), at most ``PUBLISH_HZ`` times a second. Training never
+waits for it and never fails because of it: if the scheduler has no board (started without the
+preload) or a send fails, the publisher says so once and stops. Its thread runs at a lower CPU
+priority (``PUBLISHER_NICE``): on a machine whose cores the devices fill, the charts may lag a
+little, the steps do not.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from workbench.dashboard.handlers import PRELOAD, PUBLISH_EVENTS
+from workbench.dashboard.wire_rows import event_rows
 from workbench.events import EventLog
 
 PUBLISH_HZ = 4
@@ -69,7 +71,7 @@ class EventPublisher:
             try:
                 reply = self.client.sync(
                     self._send,
-                    [event.to_dict() for event in batch],
+                    event_rows(batch),
                     finished and last,
                     callback_timeout=SEND_TIMEOUT_S,
                 )
@@ -83,7 +85,7 @@ class EventPublisher:
             if last:
                 return True
 
-    async def _send(self, events: list[dict], finished: bool):
+    async def _send(self, events: list[tuple], finished: bool):
         return await getattr(self.client.scheduler, PUBLISH_EVENTS)(
             run=self.run_id, events=events, description=self.description, finished=finished
         )

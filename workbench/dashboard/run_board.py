@@ -14,10 +14,8 @@ import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from workbench.events.records import PhaseEvent, ScalarEvent
-from workbench.store.run_store import event_from_dict
-
-Event = PhaseEvent | ScalarEvent
+from workbench.dashboard.wire_rows import Event, events_of
+from workbench.events.records import ScalarEvent
 
 # Scalars (loss, lr: a few per step) and phases (several per device and step) are kept apart, so
 # a long run's phases never push its loss curve out. 50,000 of each is the charts' own
@@ -63,8 +61,9 @@ class RunBoard:
     Examples
     --------
     >>> board = RunBoard()
-    >>> event = {"kind": "scalar", "name": "loss", "step": 0, "value": 2.3, "time": 0.1}
-    >>> board.publish("run-1", [event], {"strategy": "mirrored", "batch_size": 32})
+    >>> from workbench.dashboard.wire_rows import event_rows
+    >>> rows = event_rows([ScalarEvent("loss", 0, 2.3, 0.1)])
+    >>> board.publish("run-1", rows, {"strategy": "mirrored", "batch_size": 32})
     1
     >>> events, position = board.read(board.latest(), since=0)
     >>> events[0].value, position
@@ -80,14 +79,15 @@ class RunBoard:
     def publish(
         self,
         run_id: str,
-        events: list[dict],
+        rows: list,
         description: dict | None = None,
         finished: bool = False,
     ) -> int:
-        """Add a batch of events (``to_dict()`` form) to run ``run_id``; returns how many.
+        """Add a batch of events (as :func:`~workbench.dashboard.wire_rows.event_rows` sends
+        them) to run ``run_id``; returns how many.
 
-        A malformed event raises before anything of the batch is stored."""
-        records = [event_from_dict(event) for event in events]
+        A malformed row raises before anything of the batch is stored."""
+        records = events_of(rows)
         with self._lock:
             run = self._runs.get(run_id)
             if run is None:
