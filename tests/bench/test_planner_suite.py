@@ -4,6 +4,7 @@ judges the targets from them and times the planner on described clusters."""
 import contextlib
 import io
 import json
+import statistics
 
 import pytest
 
@@ -27,7 +28,9 @@ def test_every_configuration_has_a_prediction_and_a_measurement(result):
     for row in rows:
         predicted, measured = row["predicted_ms"]["median"], row["measured_ms"]["median"]
         assert predicted > 0 and measured > 0
+        assert len(row["errors"]) == 1  # one run each: its own prediction against its measurement
         assert row["error"] == pytest.approx(predicted / measured - 1)
+        assert row["error"] == pytest.approx(statistics.median(row["errors"]))
         assert row["within_close"] == (abs(row["error"]) <= planner_suite.CLOSE)
     share = sum(row["within_close"] for row in rows) / len(rows)
     assert result["share_within_close"] == pytest.approx(share)
@@ -48,6 +51,28 @@ def test_the_report_has_its_tables(result):
     text = planner_suite.render(result)
     assert "| mlp | mirrored | devices=2 allreduce=ring |" in text
     assert "| 512 hosts | 4096 |" in text
+
+
+def test_a_rows_error_pairs_each_runs_prediction_with_its_own_measurement(monkeypatch):
+    # The first configuration's runs: right each time on a machine that changed between runs,
+    # so the medians of the two columns come from different runs and differ by 17%.
+    first = [(10.0, 8.0), (14.0, 14.0), (6.0, 12.0)]
+    draws = {0: iter(first)}
+
+    def run(settings, model, configuration):
+        index = planner_suite.CONFIGURATIONS.index(configuration)
+        predicted, measured = next(draws[index]) if index in draws else (5.0, 5.0)
+        return {"predicted": predicted, "measured": measured}
+
+    monkeypatch.setattr(planner_suite, "_run", run)
+    monkeypatch.setattr(planner_suite, "_time_the_planner", lambda batch: [])
+    monkeypatch.setattr(planner_suite, "_time_the_mesh_search", lambda: {})
+    settings = planner_suite.PlannerSettings(models=("mlp",), repeats=3)
+    result = planner_suite.run_planner_suite(settings, lambda line: None)
+    row = result["rows"][0]
+    assert row["errors"] == pytest.approx([0.25, 0.0, -0.5])
+    assert row["error"] == 0.0 and row["within_close"]
+    assert row["predicted_ms"]["median"] / row["measured_ms"]["median"] - 1 == pytest.approx(-1 / 6)
 
 
 def test_an_unknown_model_is_refused_by_its_flag(capsys):
