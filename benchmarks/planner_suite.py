@@ -14,9 +14,8 @@ ran, and ``measured_step_ms``, the steady-state step (warm-up excluded). A confi
 figures are medians over ``repeats`` runs, the configurations alternating so each sees the same
 machine, and its error is the median of its runs' errors (each run's prediction against its
 own measurement). Targets: within 15% for at least 80% of the configurations, within 30% for
-all. A
-second table times the planner itself on described clusters (the what-if table of the reference
-MLP on 1 to 512 DGX-H100 hosts), and the mesh search alone on 1,024 devices with the
+all. A second table times the planner itself on described clusters (the what-if table of the
+reference MLP on 1 to 512 DGX-H100 hosts), and the mesh search alone on 1,024 devices with the
 transformer preset (target: under 10 s; docs/guide/planning.md, "Searching the mesh").
 """
 

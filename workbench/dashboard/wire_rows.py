@@ -19,13 +19,14 @@ True
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import fields
 
 from workbench.events.records import Phase, PhaseEvent, ScalarEvent
 
 Event = PhaseEvent | ScalarEvent
 PHASE, SCALAR = 0, 1
 _PHASE_FIELDS = len(PhaseEvent._fields)
-_SCALAR_FIELDS = 5  # name, step, value, time, device
+_SCALAR_FIELDS = len(fields(ScalarEvent))
 _PHASE_NAMED = {str(phase): phase for phase in Phase}
 
 
