@@ -53,8 +53,7 @@ def events_of(rows: Sequence[Sequence]) -> list[Event]:
                 raise ValueError(f"event row {index}: unknown phase {row[2]!r}")
             events.append(PhaseEvent(row[1], phase, *row[3:]))
         elif kind == SCALAR and len(row) == 1 + _SCALAR_FIELDS:
-            value = float("nan") if row[3] is None else row[3]
-            events.append(ScalarEvent(row[1], row[2], value, row[4], row[5]))
+            events.append(ScalarEvent(*row[1:]))
         else:
             raise ValueError(
                 f"event row {index}: expected a phase row ({PHASE} and {_PHASE_FIELDS} fields) "
