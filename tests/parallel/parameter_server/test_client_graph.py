@@ -11,7 +11,11 @@ from workbench.models.layers import Embedding
 from workbench.models.presets import mlp
 from workbench.models.transformer import TokenMean
 from workbench.optim import make_optimizer
-from workbench.parallel.parameter_server.client_graph import build_parameter_server_graph
+from workbench.parallel.parameter_server.client_graph import (
+    applies_plain_sgd,
+    build_parameter_server_graph,
+    learning_rate_feed,
+)
 from workbench.parallel.parameter_server.messages import decode_push, encode_push
 from workbench.parallel.parameter_server.partitioner import place_variables
 from workbench.parallel.parameter_server.table_rendezvous import TableRendezvous
@@ -140,3 +144,48 @@ def test_embedding_gradients_travel_as_touched_rows_only():
                 touched |= {int(i) + part.rows[0] for i in indices}
         assert message.nbytes < sum(t.nbytes for t in transfers)
     assert touched == {1, 2, 3, 900}  # the rows the batch looked up, and only those
+
+
+def _one_shard_graph(optimizer: str, dtype: str = "float32"):
+    model = mlp((1, 8, 8), 10, (32, 16))
+    pieces = place_variables(model.parameter_shapes(), 1, 4)
+    graph = build_parameter_server_graph(
+        model, make_optimizer(optimizer), 8, dtype, WORKERS[:1], SHARDS[:1], pieces
+    )
+    return model, graph
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+def test_only_plain_sgd_may_carry_an_async_pushs_scale_in_its_learning_rate(optimizer):
+    # Momentum's and Adam's slots would keep the gradient's scale: the fold is SGD's alone.
+    _, graph = _one_shard_graph(optimizer)
+    assert applies_plain_sgd(graph.apply_program(0)) is (optimizer == "sgd")
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_an_async_push_scaled_through_the_learning_rate_updates_to_the_same_bits(workers):
+    """What the shard does for async plain SGD (the push unscaled, 1/N in the rate) moves
+    the variables to the same float32 bits as scaling the push, for N a power of two."""
+    model, graph = _one_shard_graph("sgd")
+    program = Executable(graph.apply_program(0))
+    transfers = graph.pushes(0, 0)
+    rng = np.random.default_rng(0)
+    pushed = {t.key: rng.standard_normal(t.shape).astype(np.float32) for t in transfers}
+    rate, scale = np.float32(0.0317), np.float32(1.0 / workers)
+    updated = []
+    for gradients, fed_rate in (
+        ({key: value * scale for key, value in pushed.items()}, rate),
+        (pushed, np.float32(rate * scale)),
+    ):
+        rendezvous = TableRendezvous()
+        rendezvous.received = dict(gradients)
+        state = {**model.init_parameters(0, "float32"), "__rendezvous__": rendezvous}
+        program.run({learning_rate_feed(0): np.asarray(fed_rate)}, state)
+        updated.append({name: state[name] for name in model.parameter_shapes()})
+    scaled, folded = updated
+    for name, value in scaled.items():
+        np.testing.assert_array_equal(folded[name], value, err_msg=name)
+    assert any(
+        not np.array_equal(value, model.init_parameters(0, "float32")[name])
+        for name, value in scaled.items()
+    )

@@ -93,6 +93,20 @@ def learning_rate_feed(shard: int) -> str:
     return f"ps_{shard}/{LEARNING_RATE}"
 
 
+# What an apply program holds when it is plain SGD: its variables, its learning-rate feed,
+# the recvs of the pushed gradients and an update of each variable, nothing in between.
+_PLAIN_SGD_OPS = frozenset({"variable", "placeholder", "recv", "apply_sgd"})
+
+
+def applies_plain_sgd(program: Graph) -> bool:
+    """Whether ``program`` (an :meth:`ParameterServerGraph.apply_program`) feeds each
+    received gradient straight to an SGD update. Its updates are then linear in the gradient
+    and in the learning rate alike: a gradient scaled by s and a learning rate scaled by s
+    move the variables the same way (no slot remembers the gradient's scale, as momentum's
+    and Adam's do)."""
+    return {node.op for node in program.nodes} <= _PLAIN_SGD_OPS
+
+
 def build_parameter_server_graph(
     model: Sequential,
     optimizer: Optimizer,

@@ -29,6 +29,7 @@ from workbench.ir.ops.communication import RENDEZVOUS
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.parallel.parameter_server.client_graph import (
     ParameterServerGraph,
+    applies_plain_sgd,
     learning_rate_feed,
 )
 from workbench.parallel.parameter_server.envelopes import (
@@ -117,7 +118,8 @@ class ParameterShard:
         self.names = tuple(p.name for p in graph.pieces if p.shard == spec.shard)
         self.rendezvous = TableRendezvous()
         self.serve = Executable(graph.serve_program(spec.shard))
-        self.update = Executable(graph.apply_program(spec.shard))
+        apply_program = graph.apply_program(spec.shard)
+        self.update = Executable(apply_program)
         self.learning_rate_feed = learning_rate_feed(spec.shard)
         towers = spec.workers if spec.in_graph else 1
         self.pulls = [graph.pulls(spec.shard, w) for w in range(towers)]
@@ -150,6 +152,12 @@ class ParameterShard:
         # worker's gradient counts 1/N, so a pass over the data moves the variables as far as
         # a synchronous pass would.
         self.scale = self.dtype(1.0 / spec.workers)
+        # Async plain SGD: the 1/N rides on the learning rate, and the update reads the push
+        # where it arrived, sparing the shard a pass over every pushed byte on each worker's
+        # critical path (docs/guide/distributed-training.md, on parameter servers' staleness).
+        self.rate_carries_scale = (
+            self.async_mode and not spec.in_graph and applies_plain_sgd(apply_program)
+        )
         # A granted read is answered under the asking worker's step and token.
         self.askers: dict[tuple[int, int], tuple[int, str]] = {}
         # Pushes read in place, until applied: (worker, step) -> the call handing them back.
@@ -385,21 +393,28 @@ class ParameterShard:
     def _apply(self, update: ApplyUpdate) -> None:
         """Feed the pushed gradients to the partition's recvs and run its updates. In-graph,
         each tower's recv gets its worker's gradient and the graph's add-n sums them; a
-        between-graph shard has one recv per gradient and feeds it the mean here."""
+        between-graph shard has one recv per gradient and feeds it the mean here, or, for an
+        async push to plain SGD, the push as it arrived with 1/N in the learning rate."""
         step = update.version // self.spec.workers if self.async_mode else update.version
         received = {}
+        rate = self.dtype(self.schedule(step))
         if self.spec.in_graph:
             for worker, message in zip(update.workers, update.gradients):
                 transfers = self.pushes[worker]
                 decoded = decode_push(message, transfers, self.xp)
                 received.update({t.key: value for t, value in zip(transfers, decoded)})
+        elif self.rate_carries_scale and len(update.gradients) == 1:
+            transfers = self.pushes[0]
+            decoded = decode_push(update.gradients[0], transfers, self.xp)
+            received = {t.key: value for t, value in zip(transfers, decoded)}
+            rate = self.dtype(rate * self.scale)
         else:
             scale = self.scale if self.async_mode else self.dtype(1.0 / len(update.gradients))
             transfers = self.pushes[0]
             averaged = average_pushes(update.gradients, transfers, scale, self.xp)
             received = {t.key: value for t, value in zip(transfers, averaged)}
         self.rendezvous.received = received
-        feeds = {self.learning_rate_feed: self.arrays.scalar(self.dtype(self.schedule(step)))}
+        feeds = {self.learning_rate_feed: self.arrays.scalar(rate)}
         with self.memory.step(self.state) as ledger:
             for value in received.values():  # the pushed gradients, decoded
                 self.memory.hold("communication", value)
