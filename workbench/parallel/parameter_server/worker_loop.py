@@ -70,6 +70,10 @@ from workbench.training.gradient_accumulation import GradientSum, mean_loss, mic
 from workbench.training.graphs import DROPOUT_SEED, INPUTS, LABELS
 from workbench.training.session import dropout_seed
 
+# How often a free-running worker's events and losses go to shard 0: half the interval at
+# which the client drains them (free_running.POLL_S), so the live charts lag by no more.
+REPORT_SECONDS = 0.1
+
 
 @dataclass(frozen=True)
 class ParameterServerWorkerSpec:
@@ -352,10 +356,11 @@ class ParameterServerWorker(GradientWorker):
     def run_free(self, first: int) -> StepReport:
         """Free-running (async, or sync with backup workers): pull, compute, push at this
         worker's own pace until the shards say the run's updates are spent. Events, losses
-        and staleness ride on each push to shard 0, for the client to drain while this runs;
+        and staleness ride on a push to shard 0 every REPORT_SECONDS, for the client to drain;
         what is left comes back as the task's result."""
         sync = self.ps.mode == "sync"
         report = self._empty_report()
+        reported = self.clock()
         step = first
         while True:
             self.current_step = step
@@ -374,9 +379,13 @@ class ParameterServerWorker(GradientWorker):
             computed = self.clock()
             # Async: the next read may be asked for at once (sync asks shard by shard).
             ahead = None if sync else step + 1
-            pushed = self._push(step, gradients, versions, report, then_pull=ahead)
+            # The report rides to shard 0 when it is due, not with every push: each message
+            # wakes the shard, taking a core from whoever computes on a host of few cores.
+            due = self.clock() - reported >= REPORT_SECONDS
+            pushed = self._push(step, gradients, versions, report if due else None, ahead)
             self.memory.end()
-            report = self._empty_report()
+            if due:
+                report, reported = self._empty_report(), self.clock()
             report["events"] += self._phases(step, start, pulled, computed, received, pushed)
             # The run's progress in steps: a sync update per step, an async one per push.
             progress = step if sync else max(pushed["version"] - 1, 0) // self.spec.replicas
