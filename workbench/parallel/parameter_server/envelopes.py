@@ -13,6 +13,8 @@ worker -> shard                        payload
 ``pull/{step}/{wanted}/{token}``        none: grant a read of version ``wanted`` or newer
 ``push/{step}/{read}/{token}/dense``    the gradients for the shard, packed in one array
 ``push/{step}/{read}/{token}/pickled``  a pickled push with row-sparse or compressed entries
+``push/.../{form}/{then}``              a push that also asks for a read of version
+                                        ``then`` or newer, answered under step ``then``
 ``report/{token}``                      a pickled ``StepReport`` (free-running workers)
 =====================================  ====================================================
 
@@ -47,14 +49,18 @@ class Envelope:
     step: int = 0
     version: int = 0  # a pull: the version wanted; a push: the version read
     form: str = DENSE  # a push's payload: DENSE or PICKLED
+    # A push's pull, asked with it (one message instead of two): the step it is answered
+    # under, which is also the version wanted; None: the worker asks on its own.
+    then: int | None = None
 
 
 def pull_key(step: int, wanted: int, token: str) -> str:
     return f"{PULL}/{step}/{wanted}/{token}"
 
 
-def push_key(step: int, read_version: int, token: str, form: str) -> str:
-    return f"{PUSH}/{step}/{read_version}/{token}/{form}"
+def push_key(step: int, read_version: int, token: str, form: str, then: int | None = None) -> str:
+    key = f"{PUSH}/{step}/{read_version}/{token}/{form}"
+    return key if then is None else f"{key}/{then}"
 
 
 def report_key(token: str) -> str:
@@ -79,7 +85,9 @@ def open_envelope(key: str) -> Envelope:
     Examples
     --------
     >>> open_envelope(push_key(7, 6, "ab12", DENSE))
-    Envelope(kind='push', token='ab12', step=7, version=6, form='dense')
+    Envelope(kind='push', token='ab12', step=7, version=6, form='dense', then=None)
+    >>> open_envelope(push_key(7, 6, "ab12", DENSE, then=8)).then
+    8
     >>> open_envelope("grant/7/ab12")
     Traceback (most recent call last):
     ...
@@ -88,8 +96,9 @@ def open_envelope(key: str) -> Envelope:
     kind, *fields = key.split("/")
     if kind == PULL and len(fields) == 3:
         return Envelope(PULL, fields[2], int(fields[0]), int(fields[1]))
-    if kind == PUSH and len(fields) == 4 and fields[3] in (DENSE, PICKLED):
-        return Envelope(PUSH, fields[2], int(fields[0]), int(fields[1]), fields[3])
+    if kind == PUSH and len(fields) in (4, 5) and fields[3] in (DENSE, PICKLED):
+        then = int(fields[4]) if len(fields) == 5 else None
+        return Envelope(PUSH, fields[2], int(fields[0]), int(fields[1]), fields[3], then)
     if kind == REPORT and len(fields) == 1:
         return Envelope(REPORT, fields[0])
     raise ValueError(f"not a worker's message to a shard: {key!r}")

@@ -204,12 +204,19 @@ class ParameterShard:
         transport = self.transport
         if envelope.kind == PULL:
             transport.accept(worker, message, on_host=True)  # hands the segment back
-            self.askers[(worker, envelope.version)] = (envelope.step, envelope.token)
-            self._carry_out(self.protocol.handle(Pull(worker, envelope.version)))
+            self._pull(worker, envelope.step, envelope.version, envelope.token)
         elif envelope.kind == PUSH:
             self._push(worker, envelope, message)
+            if envelope.then is not None:  # the next read, asked with the push
+                self._pull(worker, envelope.then, envelope.then, envelope.token)
         else:  # a free-running worker's events and losses, for the client
             self.reports.append(unpickled(transport.accept(worker, message, on_host=True)))
+
+    def _pull(self, worker: int, step: int, wanted: int, token: str) -> None:
+        """``worker`` asks for a read of version ``wanted`` or newer, answered under
+        ``step``: at once, or when the protocol grants it."""
+        self.askers[(worker, wanted)] = (step, token)
+        self._carry_out(self.protocol.handle(Pull(worker, wanted)))
 
     def _push(self, worker: int, envelope: Envelope, message: Any) -> None:
         arrived = self.clock()

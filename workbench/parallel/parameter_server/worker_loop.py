@@ -264,12 +264,12 @@ class ParameterServerWorker(GradientWorker):
             peer = self.ps.shard_ranks[shard]
             if shard == 0 and report is not None:
                 transport.send(peer, report_key(token), pickled(report))
-            pushed["sent"] += self._send_push(peer, step, versions[shard], gradients, transfers)
+            pushed["sent"] += self._send_push(
+                peer, step, versions[shard], gradients, transfers, then_pull
+            )
             pushed["dense"] += dense_bytes(transfers)
         self._hand_back_pulled()  # what was computed on them has been copied out
-        if then_pull is not None:
-            for shard in range(len(self.pulls)):
-                self._ask(shard, then_pull, then_pull)
+        if then_pull is not None:  # asked with each push
             self.asked = then_pull
         for shard, peer in enumerate(self.ps.shard_ranks):
             reply = read_ack(transport.recv(peer, ack_key(step, token), on_host=True))
@@ -289,25 +289,28 @@ class ParameterServerWorker(GradientWorker):
         read_version: int,
         gradients: dict,
         transfers: Sequence[Transfer],
+        then_pull: int | None = None,
     ) -> int:
         """Send ``peer`` its gradients: packed straight into the channel when they are all
         dense, else as a pickled :class:`PushMessage` (row-sparse or compressed entries);
-        the bytes sent."""
+        the bytes sent. ``then_pull``: the push asks for that step's read too."""
         transport, token = self.transport, self.token
         row_sparse = self.graph.row_sparse
         parts = dense_parts(gradients, transfers, row_sparse, self.encoder)
         if parts is not None:
-            transport.send_packed(peer, push_key(step, read_version, token, DENSE), parts)
+            transport.send_packed(
+                peer, push_key(step, read_version, token, DENSE, then_pull), parts
+            )
             return sum(int(part.nbytes) for part in parts)
         message = encode_push(gradients, transfers, row_sparse, self.xp, self.encoder)
         if not message.others:  # dense (or nothing: a shard without variables)
             dense = message.dense
             if dense is None:
                 dense = self.xp.zeros(0, self.dtype)
-            transport.send(peer, push_key(step, read_version, token, DENSE), dense)
+            transport.send(peer, push_key(step, read_version, token, DENSE, then_pull), dense)
             return message.nbytes
         wire = message.for_the_wire(self.arrays, "tcp")  # in host memory
-        transport.send(peer, push_key(step, read_version, token, PICKLED), pickled(wire))
+        transport.send(peer, push_key(step, read_version, token, PICKLED, then_pull), pickled(wire))
         return message.nbytes
 
     def _phases(
