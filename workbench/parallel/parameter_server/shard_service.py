@@ -356,24 +356,17 @@ class ParameterShard:
                     values = self._serve(worker, version)
                     nbytes = sum(int(part.nbytes) for part in values)
                     now = self.clock()
-                    self.events.append(
-                        PhaseEvent(
-                            device,
-                            Phase.PS_PULL,
-                            step,
-                            now,
-                            now,
-                            nbytes,
-                            0,
-                            self._route_of(worker),
-                        )
-                    )
                     at_step, token = asker
                     grant = grant_header(version, self.protocol.done)
                     self.transport.send(worker, grant_key(at_step, token), grant)
                     # A shard that holds nothing this worker reads still answers.
                     parts = values or [self.xp.zeros(0, self.dtype)]
                     self.transport.send_packed(worker, values_key(at_step, token), parts)
+                    # The route the values just took (not the small headers' before them).
+                    route = self._route_of(worker)
+                    self.events.append(
+                        PhaseEvent(device, Phase.PS_PULL, step, now, now, nbytes, 0, route)
+                    )
                 case DropPush() | IgnoreDuplicate():
                     pass  # the push's answer says whether it was dropped; a duplicate needs none
                 case _:
