@@ -71,7 +71,7 @@ from workbench.training.graphs import DROPOUT_SEED, INPUTS, LABELS
 from workbench.training.session import dropout_seed
 
 # How often a free-running worker's events and losses go to shard 0: half the interval at
-# which the client drains them (free_running.POLL_S), so the live charts lag by no more.
+# which the client drains them (free_running.POLL_S), the most the live charts lag for it.
 REPORT_SECONDS = 0.1
 
 
