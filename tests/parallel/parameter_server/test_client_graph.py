@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from workbench.ir import Executable
+from workbench.ir.ops.communication import RENDEZVOUS
 from workbench.models import Dense, Sequential
 from workbench.models.layers import Embedding
 from workbench.models.presets import mlp
@@ -127,9 +128,7 @@ def test_embedding_gradients_travel_as_touched_rows_only():
             rendezvous.received[transfer.key] = value[begin:end] if piece.is_part else value
     ids = np.array([[1, 2, 3, 3], [900, 2, 1, 1]] * 8, dtype=np.int64)
     labels = np.zeros(16, dtype=np.int64)
-    Executable(graph.worker_program(0)).run(
-        {INPUTS: ids, LABELS: labels}, {"__rendezvous__": rendezvous}
-    )
+    Executable(graph.worker_program(0)).run({INPUTS: ids, LABELS: labels}, {RENDEZVOUS: rendezvous})
     touched = set()
     for shard in range(2):
         transfers = graph.pushes(shard, 0)
@@ -179,7 +178,7 @@ def test_an_async_push_scaled_through_the_learning_rate_updates_to_the_same_bits
     ):
         rendezvous = TableRendezvous()
         rendezvous.received = dict(gradients)
-        state = {**model.init_parameters(0, "float32"), "__rendezvous__": rendezvous}
+        state = {**model.init_parameters(0, "float32"), RENDEZVOUS: rendezvous}
         program.run({learning_rate_feed(0): np.asarray(fed_rate)}, state)
         updated.append({name: state[name] for name in model.parameter_shapes()})
     scaled, folded = updated
