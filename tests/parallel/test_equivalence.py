@@ -31,6 +31,31 @@ def assert_same_parameters(result, reference, tolerance):
         assert np.max(np.abs(got - expected)) <= tolerance * scale, name
 
 
+def assert_backwards_send_before_weight_gradients(result) -> None:
+    """On every stage but the first, each backward hands its input gradient back as soon as
+    it is computed: its compute, the send, then the rest of its compute (the weight
+    gradients). The first stage has no input gradient: one compute per backward."""
+    for device in {event.device for event in result.log.phases()}:
+        first_stage = "/task:0/" in device
+        for step in range(result.summary["steps"]):
+            events = sorted(
+                (e for e in result.log.phases(device) if e.step == step), key=lambda e: e.start
+            )
+            kinds = [
+                "send" if e.phase.value == "send" else e.action
+                for e in events
+                if e.phase.value == "send" or e.action.startswith("B")
+            ]
+            backwards = sorted({kind for kind in kinds if kind != "send"})
+            for label in backwards:
+                at = [i for i, kind in enumerate(kinds) if kind == label]
+                if first_stage:
+                    assert len(at) == 1, (device, step, kinds)
+                else:
+                    assert len(at) == 2 and at[1] == at[0] + 2, (device, step, kinds)
+                    assert kinds[at[0] + 1] == "send", (device, step, kinds)
+
+
 def ring_bytes(nbytes: int, ranks: int) -> float:
     """What each rank of a ring all-reduce of ``nbytes`` sends (and receives): the tensor in N
     chunks, N-1 of them passed on in the reduce-scatter and N-1 in the all-gather."""
@@ -105,6 +130,8 @@ def test_float64_matches_one_device(flags, devices, no_leftover_processes):
         for device in {event.device for event in result.log.phases()}:
             spans = sorted((e.start, e.end) for e in result.log.phases(device))
             assert all(end <= later for (_, end), (later, _) in pairwise(spans)), device
+    if flags["strategy"] == "pipeline" and devices > 1:
+        assert_backwards_send_before_weight_gradients(result)
     if flags.get("placement") == "greedy":
         # The cost model may keep this small model on fewer devices (a transfer costs more
         # than its nodes; tests/parallel/test_model_parallel_placement.py has a model it

@@ -101,6 +101,30 @@ def test_two_stages_one_microbatch_with_transfers_by_hand():
     assert pipeline_bubble(timeline, ["a", "b"]) == pytest.approx(1 - 6 / (2 * 10))
 
 
+def test_a_backward_sends_its_input_gradient_before_its_weight_gradients():
+    """Stage b's backward (2 s) has its input gradient after 0.5 s: it goes back then, and
+    stage a's backward starts while b computes its weight gradients."""
+    programs = pipeline_programs(
+        ["a", "b"], gpipe(2, 1), [1.0, 1.0], [2.0, 2.0], [0], input_grad_ready_seconds=[2.0, 0.5]
+    )
+    assert [(type(a).__name__, getattr(a, "seconds", None)) for a in programs["b"]][1:] == [
+        ("Compute", 1.0),
+        ("Compute", 0.5),
+        ("Send", None),
+        ("Compute", 1.5),
+    ]
+    timeline = simulate(programs, FREE)
+    assert [(i.start, i.end) for i in timeline.of("b", "compute")] == [
+        (1.0, 2.0),
+        (2.0, 2.5),
+        (2.5, 4.0),
+    ]
+    assert [(i.start, i.end) for i in timeline.of("a", "compute")][-1] == (2.5, 4.5)
+    assert timeline.makespan == 4.5  # 5.0 with the gradient sent after the whole backward
+    # The backward cut in two is still one micro-batch freed.
+    assert peak_in_flight(timeline, "b") == 1
+
+
 def test_sends_on_their_own_stream_overlap_the_next_forward():
     def first_stage_starts(send_stream):
         programs = pipeline_programs(

@@ -21,6 +21,20 @@ def graph_seconds(graph: Graph, costs: DeviceCosts, device: str) -> float:
     )
 
 
+def seconds_until(graph: Graph, output: str, costs: DeviceCosts, device: str) -> float:
+    """The summed seconds of ``graph``'s nodes up to and including the one that computes its
+    output ``output``: how far into a run that output is ready (a pipeline backward sends
+    its input gradient then, before its weight gradients)."""
+    producer = graph.outputs[output].node
+    seconds = 0.0
+    for node in graph.nodes:
+        if node.op not in FREE_OPS:
+            seconds += costs.node_seconds(graph, node, device)
+        if node.name == producer:
+            return seconds
+    raise ValueError(f"no node of the graph computes its output {output!r}")
+
+
 def node_actions(
     graph: Graph,
     costs: DeviceCosts,

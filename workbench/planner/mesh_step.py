@@ -114,6 +114,10 @@ class ChunkCost:
     input_bytes: int = 0
     forward_peak: dict[str, int] = field(default_factory=dict)
     backward_peak: dict[str, int] = field(default_factory=dict)
+    # A whole backward up to its input gradient, which the stage sends back right then, and
+    # the rest (the weight gradients); the first chunk's: all of it, then nothing.
+    backward_until_sent: GraphCost = NOTHING
+    backward_after_sent: GraphCost = NOTHING
 
     def of(self, kind: str) -> GraphCost:
         return {
@@ -140,6 +144,10 @@ class _Figures:
     sizes: np.ndarray
     forward_moments: np.ndarray
     backward_moments: np.ndarray
+    # The backward's costed nodes and all-reduces up to and including the one computing its
+    # input gradient (all of them without one).
+    ready_nodes: int = 0
+    ready_reduced: int = 0
 
     def arrays(self) -> list[np.ndarray]:
         return [
@@ -152,8 +160,10 @@ class _Figures:
 
     def alike(self, other: _Figures) -> bool:
         """Whether both come from graphs of one structure (only sizes differ)."""
-        return all(a.shape == b.shape for a, b in zip(self.arrays(), other.arrays())) and all(
-            np.array_equal(a, b) for a, b in zip(self.segments, other.segments)
+        return (
+            (self.ready_nodes, self.ready_reduced) == (other.ready_nodes, other.ready_reduced)
+            and all(a.shape == b.shape for a, b in zip(self.arrays(), other.arrays()))
+            and all(np.array_equal(a, b) for a, b in zip(self.segments, other.segments))
         )
 
     def between(self, other: _Figures, fraction: float) -> _Figures:
@@ -169,6 +179,8 @@ class _Figures:
             at(self.sizes, other.sizes),
             at(self.forward_moments, other.forward_moments),
             at(self.backward_moments, other.backward_moments),
+            self.ready_nodes,
+            self.ready_reduced,
         )
 
 
@@ -268,6 +280,7 @@ class MeshCosting:
             forward_rewrite=rewrite,
         )
         halves = split_backward(graphs.backward)
+        ready = _costed_until(graphs.backward, INPUT_GRADIENT)
         forward_walk = live_bytes(graphs.forward, external=(STAGE_INPUT,))
         stash = dict(
             buffer
@@ -303,6 +316,8 @@ class MeshCosting:
             ),
             forward_moments=_moments(forward_walk),
             backward_moments=_moments(backward_walk),
+            ready_nodes=ready[0],
+            ready_reduced=ready[1],
         )
 
     def _graph_figures(
@@ -348,6 +363,14 @@ class MeshCosting:
             self._graph_cost(nodes, segments, reduced)
             for nodes, segments, reduced in zip(figures.nodes, figures.segments, figures.reduced)
         ]
+        # The whole backward cut right after the node computing its input gradient (which may
+        # be an all-reduce joining the ranks' partial input gradients).
+        ready, cut = figures.ready_nodes, figures.ready_reduced
+        nodes, segments = figures.nodes[1], figures.segments[1]
+        until_sent = self._graph_cost(nodes[:ready], segments[:ready], figures.reduced[1][:cut])
+        after_sent = self._graph_cost(
+            nodes[ready:], segments[ready:] - cut, figures.reduced[1][cut:]
+        )
         return ChunkCost(
             forward=costs[0],
             backward=costs[1],
@@ -364,6 +387,8 @@ class MeshCosting:
             input_bytes=fed,
             forward_peak=_largest(figures.forward_moments),
             backward_peak=_largest(figures.backward_moments),
+            backward_until_sent=until_sent,
+            backward_after_sent=after_sent,
         )
 
     def _graph_cost(
@@ -655,29 +680,66 @@ def _action(
     if kind in ("B", "I") and model_chunk < chunk_count - 1:
         actions.append(Recv(device_of((model_chunk + 1) % stages), f"{key}/g{model_chunk}/{m}"))
     label = str(action)
-    graph = cost.of(kind)
-    spent, reduced = 0.0, 0
-    for index, (seconds, nbytes) in enumerate(graph.segments):
-        if seconds > 0:
-            actions.append(Compute(seconds, label))
-        if not nbytes:
-            continue
-        ring_time = costing.ring(group, nbytes, link, TENSOR_ALLREDUCE)
-        spent += ring_time
-        reduced += nbytes
-        if every and len(group) > 1:
-            actions += _group_allreduce(
-                group, here, nbytes, costing, TENSOR_ALLREDUCE, f"{ring_key}/{label}/tp{index}"
-            )
-        else:
-            actions.append(Compute(ring_time, TENSOR, phase="allreduce", cpu=False))
+    # A whole backward sends its input gradient once computed, before its weight gradients.
+    sends_back = kind in ("B", "I") and model_chunk > 0
+    parts = (
+        [cost.backward_until_sent, cost.backward_after_sent]
+        if kind == "B" and sends_back
+        else [cost.of(kind)]
+    )
+    spent, reduced, index = 0.0, 0, 0
+    for part, graph in enumerate(parts):
+        if part == 1:
+            actions.append(_send_back(cost, model_chunk, m, stages, device_of, key))
+        for seconds, nbytes in graph.segments:
+            if seconds > 0:
+                actions.append(Compute(seconds, label))
+            if not nbytes:
+                continue
+            ring_time = costing.ring(group, nbytes, link, TENSOR_ALLREDUCE)
+            spent += ring_time
+            reduced += nbytes
+            if every and len(group) > 1:
+                actions += _group_allreduce(
+                    group, here, nbytes, costing, TENSOR_ALLREDUCE, f"{ring_key}/{label}/tp{index}"
+                )
+            else:
+                actions.append(Compute(ring_time, TENSOR, phase="allreduce", cpu=False))
+            index += 1
     if kind == "F" and model_chunk < chunk_count - 1:
         target = device_of((model_chunk + 1) % stages)
         actions.append(Send(target, cost.activation_bytes, f"{key}/a{model_chunk + 1}/{m}"))
-    if kind in ("B", "I") and model_chunk > 0:
-        target = device_of((model_chunk - 1) % stages)
-        actions.append(Send(target, cost.gradient_bytes, f"{key}/g{model_chunk - 1}/{m}"))
+    if kind == "I" and sends_back:
+        actions.append(_send_back(cost, model_chunk, m, stages, device_of, key))
     return actions, spent, reduced
+
+
+def _send_back(
+    cost: ChunkCost,
+    model_chunk: int,
+    m: int,
+    stages: int,
+    device_of: Callable[[int], str],
+    key: str,
+) -> Send:
+    """The input gradient of micro-batch ``m``, to the device of the chunk before."""
+    target = device_of((model_chunk - 1) % stages)
+    return Send(target, cost.gradient_bytes, f"{key}/g{model_chunk - 1}/{m}")
+
+
+def _costed_until(graph: Graph, output: str) -> tuple[int, int]:
+    """How many of ``graph``'s costed nodes and of its all-reduces run up to and including
+    the node computing its ``output`` (all of them where the graph has no such output)."""
+    producer = graph.outputs[output].node if output in graph.outputs else None
+    nodes = reduced = 0
+    for node in graph.nodes:
+        if node.op == ALL_REDUCE:
+            reduced += 1
+        elif node.op not in UNCOSTED_OPS:
+            nodes += 1
+        if node.name == producer:
+            break
+    return nodes, reduced
 
 
 def _data_allreduce(

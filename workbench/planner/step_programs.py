@@ -26,6 +26,7 @@ from workbench.parallel.model_parallel.graph import build_model_parallel_graph
 from workbench.parallel.parameter_server.partitioner import place_variables, shard_bytes
 from workbench.parallel.pipeline.schedules import StageAction, make_schedule
 from workbench.parallel.pipeline.stages import (
+    INPUT_GRADIENT,
     StageGraphs,
     build_stage_graphs,
     split_backward,
@@ -35,7 +36,7 @@ from workbench.parallel.tensor_parallel.graph import forward_graph, rank_trainin
 from workbench.parallel.tensor_parallel.plan import tensor_plan
 from workbench.planner.compressed_buckets import bucket_exchange
 from workbench.planner.device_costs import DeviceCosts
-from workbench.planner.graph_segments import graph_seconds, node_actions
+from workbench.planner.graph_segments import graph_seconds, node_actions, seconds_until
 from workbench.planner.measured_collectives import measured_central_exchange
 from workbench.planner.stragglers import straggler_factor
 from workbench.simulate import (
@@ -580,6 +581,8 @@ class ChunkSeconds:
     backward: list[float]
     input_grad: list[float]
     weight_grad: list[float]
+    # How far into a whole backward its input gradient is ready (and sent back).
+    input_grad_ready: list[float]
 
     def programs(
         self,
@@ -599,6 +602,7 @@ class ChunkSeconds:
             key=key,
             input_grad_seconds=self.input_grad,
             weight_grad_seconds=self.weight_grad,
+            input_grad_ready_seconds=self.input_grad_ready,
         )
 
 
@@ -611,16 +615,22 @@ def chunk_seconds(
     on = [devices[k % len(devices)] for k in range(len(graphs))]
     forward = [graph_seconds(g.forward, costs, d) for g, d in zip(graphs, on)]
     backward = [graph_seconds(g.backward, costs, d) for g, d in zip(graphs, on)]
+    ready = [
+        seconds_until(g.backward, INPUT_GRADIENT, costs, d)
+        if INPUT_GRADIENT in g.backward.outputs
+        else whole
+        for g, d, whole in zip(graphs, on, backward)
+    ]
     if not split:
         halves = [b / 2 for b in backward]
-        return ChunkSeconds(forward, backward, halves, halves)
+        return ChunkSeconds(forward, backward, halves, halves, ready)
     cut = [split_backward(g.backward) for g in graphs]
     input_grad = [
         0.0 if c.input_gradient is None else graph_seconds(c.input_gradient, costs, d)
         for c, d in zip(cut, on)
     ]
     weight_grad = [graph_seconds(c.weight_gradient, costs, d) for c, d in zip(cut, on)]
-    return ChunkSeconds(forward, backward, input_grad, weight_grad)
+    return ChunkSeconds(forward, backward, input_grad, weight_grad, ready)
 
 
 def device_parameters(graphs: Sequence[StageGraphs], stages: int) -> list[list[str]]:

@@ -47,6 +47,7 @@ def pipeline_programs(
     send_stream: str = MAIN,
     input_grad_seconds: Sequence[float] | None = None,
     weight_grad_seconds: Sequence[float] | None = None,
+    input_grad_ready_seconds: Sequence[float] | None = None,
 ) -> dict[str, list[Action]]:
     """Device s on ``stage_devices[s]`` runs ``schedule[s]``. Costs are per model chunk k
     (``V x P`` of them, V the virtual stages; one per device without): ``forward_seconds``,
@@ -61,6 +62,12 @@ def pipeline_programs(
     put their bytes (our shared-memory channel: the sending thread copies). Another stream
     name sends from there once the compute has signalled, the compute going on meanwhile
     (``send_async`` over Dask's comms).
+
+    ``input_grad_ready_seconds`` (per model chunk): how far into a whole backward ``B`` its
+    input gradient is computed. The stage workers send it back right then, before the weight
+    gradients that follow it, so a ``B`` computes that long, sends, then computes the rest
+    (two compute intervals under one label). Without it the input gradient goes after the
+    whole backward.
 
     Examples
     --------
@@ -122,8 +129,16 @@ def pipeline_programs(
             if source is not None and source[0] != device:
                 actions.append(Recv(*source))
             label = f"{step.kind}{m}" + (f"@{chunk}" if chunk else "")
-            actions.append(Compute(seconds[step.kind][k], label))
-            if target is not None and target[0] != device:
+            total = seconds[step.kind][k]
+            sends = target is not None and target[0] != device
+            if sends and step.kind == "B" and input_grad_ready_seconds is not None:
+                ready = min(input_grad_ready_seconds[k], total)
+                actions.append(Compute(ready, label))
+                actions += _send(target[0], nbytes, target[1], send_stream)
+                actions.append(Compute(total - ready, label))
+                continue
+            actions.append(Compute(total, label))
+            if sends:
                 actions += _send(target[0], nbytes, target[1], send_stream)
         if updates[stage] > 0:
             actions.append(Compute(updates[stage], "update", phase="update"))
@@ -178,7 +193,11 @@ def peak_in_flight(timeline: Timeline, device: str) -> int:
     2
     """
     held = peak = 0
+    previous = None
     for interval in timeline.of(device, "compute"):
-        held += {"F": 1, "B": -1, "W": -1}.get(interval.label[:1], 0)
+        # A backward cut by the early send of its input gradient is two intervals: one action.
+        if interval.label != previous:
+            held += {"F": 1, "B": -1, "W": -1}.get(interval.label[:1], 0)
+        previous = interval.label
         peak = max(peak, held)
     return peak

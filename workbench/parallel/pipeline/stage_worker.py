@@ -337,17 +337,63 @@ class StageWorker(ResidentProgram):
         )
 
     def _send(
-        self, events: list[PhaseEvent], step: int, model_chunk: int, key: str, array: Any
+        self,
+        events: list[PhaseEvent],
+        step: int,
+        model_chunk: int,
+        key: str,
+        array: Any,
+        hold: bool = True,
     ) -> None:
         """Hand ``array`` to the device of ``model_chunk``, without waiting for delivery."""
-        peer = self.peer(model_chunk % self.stages)
-        if peer == self.rank:  # one stage holding every chunk: nothing travels
+        if not self._travels(model_chunk):  # one stage holding every chunk
             self._local[key] = array
             return
         start = self.clock()
-        self.transport.send_async(peer, key, array)
-        self.memory.hold("communication", array)  # until the flush
+        self.transport.send_async(self.peer(model_chunk % self.stages), key, array)
+        if hold:
+            self.memory.hold("communication", array)  # until the flush
         self._phase(events, Phase.SEND, step, start, array.nbytes)
+
+    def _backward(
+        self,
+        events: list[PhaseEvent],
+        step: int,
+        action: StageAction,
+        program: ChunkProgram,
+        feeds: dict[str, Any],
+    ) -> tuple[dict[str, Any], float]:
+        """Run a whole backward, sending its input gradient back the moment the program has
+        computed it, before the weight gradients that follow it: the previous chunk's device
+        starts its own backward while this one finishes (docs/guide/distributed-training.md,
+        "Pipeline schedules"). The compute before the send is a phase of its own; returns the
+        outputs and when the compute after the send began."""
+        start = self.clock()
+        began = [start]
+
+        def send_input_gradient(key: str, value: Any) -> None:
+            if key != INPUT_GRADIENT:
+                return
+            self._phase(events, Phase.COMPUTE, step, began[0], action=action)
+            m, k = action.microbatch, program.model_chunk
+            # Held once the run has returned, as every sent tensor is: the run holds it now.
+            self._send(events, step, k - 1, f"s{step}/g{m}@{k - 1}", value, hold=False)
+            began[0] = self.clock()
+
+        with self.straggler.computing():
+            out = program.backward.run(
+                feeds,
+                self.state,
+                self.xp,
+                ledger=self.memory.ledger,
+                on_fetch=None if program.first else send_input_gradient,
+            )
+        return out, began[0]
+
+    def _travels(self, model_chunk: int) -> bool:
+        """Whether a tensor for ``model_chunk`` leaves this device (not when this device holds
+        that chunk too)."""
+        return self.peer(model_chunk % self.stages) != self.rank
 
     def _receive(self, events: list[PhaseEvent], step: int, model_chunk: int, key: str) -> Any:
         """What the device of ``model_chunk`` handed this device under ``key``."""
@@ -432,13 +478,15 @@ class StageWorker(ResidentProgram):
                     ledger.hold_array("communication", kept[OUTPUT_GRADIENT])
                 feeds = {**self._feeds(step, program, m), **kept}
                 if action.kind == BACKWARD:
-                    start = self.clock()
-                    with self.straggler.computing():
-                        out = program.backward.run(feeds, self.state, self.xp, ledger=ledger)
-                        totals = self._summed(totals, out, program.names)
+                    out, start = self._backward(events, step, action, program, feeds)
+                    totals = self._summed(totals, out, program.names)
                     for value in kept.values():
                         ledger.release_array(value)  # the stashed values are done
                     self._phase(events, Phase.COMPUTE, step, start, action=action)
+                    if not program.first and self._travels(k - 1):
+                        # Sent while the backward went on; held till the step ends, as any send.
+                        self.memory.hold("communication", out[INPUT_GRADIENT])
+                    continue
                 elif program.input_gradient is None:
                     # The model's first chunk has no input gradient: its W does the backward.
                     waiting[unit] = kept
