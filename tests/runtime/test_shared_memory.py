@@ -85,6 +85,24 @@ def test_the_receiver_takes_the_bytes_the_sender_wrote(pair, array):
     assert received.tobytes() == np.ascontiguousarray(array).tobytes()
 
 
+def test_headers_sent_before_a_read_all_arrive_and_a_key_that_would_break_one_is_refused(pair):
+    """A header is a line of tab-separated fields: several written before the receiver reads
+    come apart into their messages; a key holding a tab or a line break is refused before
+    anything is written."""
+    arrays = {f"s{step}/a0@1": np.full((2, step + 1), step, np.float32) for step in range(5)}
+    for key, array in arrays.items():
+        pair.send(key, array)
+    pair.receiver.on_readable()
+    assert sorted(pair.inbox) == sorted(arrays)
+    for key, array in arrays.items():
+        assert pair.inbox.pop(key).copy().tolist() == array.tolist()
+    for key in ("a\tb", "a\nb"):
+        with pytest.raises(ValueError, match="no tab or line break"):
+            pair.send(key, np.ones(2))
+    pair.receiver.on_readable()
+    assert not pair.inbox
+
+
 def test_segments_and_fifos_are_readable_by_their_owner_only(pair):
     """Another user on the machine can neither read a run's tensors nor write its FIFOs: they
     lie in a directory only their owner may enter, and are closed to others themselves."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
+import math
 import mmap
 import os
 import select
@@ -51,6 +51,11 @@ from workbench.runtime.shared_memory import (
 from workbench.safe_io import make_private_fifo, open_exclusive, open_owned, verify_owned
 
 MAX_SEGMENTS_IN_FLIGHT = 64
+READ_BYTES = 65536  # the most one read of a FIFO takes (a pipe's default capacity)
+# A header is one line of tab-separated fields: key, segment, dtype, shape, retired segments
+# (the last two comma-separated). Keys are the programs' own names, never with a tab or a
+# line break (refused at the send).
+FIELD, ITEM = "\t", ","
 
 
 class ChannelStalled(TimeoutError):
@@ -137,12 +142,12 @@ def _read_lines(fd: int, pending: bytearray) -> list[str]:
     """Whatever complete lines are in the FIFO now; a partial line stays in ``pending``."""
     while True:
         try:
-            chunk = os.read(fd, 65536)
+            chunk = os.read(fd, READ_BYTES)
         except BlockingIOError:
             break
-        if not chunk:
-            break
         pending += chunk
+        if len(chunk) < READ_BYTES:  # the FIFO is empty now: no second call to find out
+            break
     *lines, rest = pending.split(b"\n")
     pending[:] = rest
     return [line.decode() for line in lines]
@@ -197,7 +202,9 @@ class ChannelSender:
         fill: Callable[[np.ndarray], None],
         timeout: float,
     ) -> None:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if FIELD in key or "\n" in key:
+            raise ValueError(f"a channel key may hold no tab or line break: {key!r}")
+        nbytes = math.prod(shape) * dtype.itemsize
         with self._lock:
             self._collect_returned(0.0)
             retired: list[str] = []
@@ -206,14 +213,9 @@ class ChannelSender:
             fill(view)
             del view  # no exported buffer may outlive the segment
             self._held[segment.name] = segment
-            header = {
-                "key": key,
-                "segment": segment.name,
-                "dtype": dtype.str,
-                "shape": list(shape),
-                "retired": retired,  # segments the receiver may close (grown past)
-            }
-            _write_all(self._ready, (json.dumps(header) + "\n").encode(), timeout)
+            # The retired segments are those the receiver may close (grown past).
+            fields = (key, segment.name, dtype.str, _joined(shape), ITEM.join(retired))
+            _write_all(self._ready, (FIELD.join(fields) + "\n").encode(), timeout)
 
     def _segment_for(self, nbytes: int, retired: list[str], timeout: float) -> Segment:
         fitting = [name for name, s in self._free.items() if s.size >= nbytes]
@@ -336,20 +338,21 @@ class ChannelReceiver:
 
     def _deliver_announced(self) -> None:
         for line in _read_lines(self.ready, self._pending):
-            header = json.loads(line)
+            key, name, dtype, shape, retired = line.split(FIELD)
             with self._lock:
-                for name in header["retired"]:
-                    segment = self._attached.pop(name, None)
+                for old in _split(retired):
+                    segment = self._attached.pop(old, None)
                     if segment is not None:
                         _close_quietly(segment)
-                segment = self._attached.get(header["segment"])
+                segment = self._attached.get(name)
                 if segment is None:
-                    segment = self._attached[header["segment"]] = self._attach(header["segment"])
+                    segment = self._attached[name] = self._attach(name)
             view = np.ndarray(
-                tuple(header["shape"]), dtype=np.dtype(header["dtype"]), buffer=segment.memory
+                tuple(int(size) for size in _split(shape)),
+                dtype=np.dtype(dtype),
+                buffer=segment.memory,
             )
-            name = header["segment"]
-            self._deliver(header["key"], SharedMessage(view, functools.partial(self._return, name)))
+            self._deliver(key, SharedMessage(view, functools.partial(self._return, name)))
 
     def _attach(self, name: str) -> Segment:
         if os.path.basename(name) != name:  # only the sender writes headers, but still
@@ -373,6 +376,15 @@ class ChannelReceiver:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             release_run_directory(self.run_id)
+
+
+def _joined(shape: tuple[int, ...]) -> str:
+    return ITEM.join(str(size) for size in shape)
+
+
+def _split(field: str) -> list[str]:
+    """A header's comma-separated field as its items (none for an empty field)."""
+    return field.split(ITEM) if field else []
 
 
 def _close_quietly(segment: Segment) -> None:
