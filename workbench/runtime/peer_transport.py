@@ -79,17 +79,25 @@ class PeerTransport:
         device: DeviceArrays | None = None,
         shared_memory: bool | None = None,
         reads_own_channels: bool = False,
+        spin_seconds: float = 0.0,
     ) -> None:
         """``shared_memory``: whether peers on this host may use the channels (default: unless
         ``DTRAIN_SHARED_MEMORY=0``); calibration turns it off to time Dask's RPCs.
         ``reads_own_channels``: the one thread that receives reads the channels' FIFOs
         itself while it waits, instead of the worker's event loop
-        reading them and waking it: one wake-up per message instead of two."""
+        reading them and waking it: one wake-up per message instead of two.
+        ``spin_seconds``: with ``reads_own_channels``, how long a wait polls its channel
+        (handing the core to any other runnable thread between polls) before it sleeps. A
+        processor that slept through a wait of a millisecond or more computes the next
+        piece of work measurably slower (docs/benchmarks.md, "Pipelines and parameter
+        servers: where each device's step goes"); a pipeline stage, whose waits are mostly
+        shorter than that, keeps its core awake."""
         self.run_id, self.rank, self.size = run_id, rank, len(addresses)
         self.device = device if device is not None else DeviceArrays.for_kind("cpu")
         self.routes: dict[int, str] = {}  # peer -> how the last tensor to or from it travelled
         self.addresses, self.device_names = list(addresses), list(device_names)
         self.stall_timeout = stall_timeout
+        self.spin_seconds = spin_seconds
         self.step: int | None = None
         self.bytes_sent = self.bytes_received = 0
         self._in_flight: list = []
@@ -318,6 +326,7 @@ class PeerTransport:
         announced goes into the mailbox, and the thread waits on the channel's FIFO."""
         mailbox, deadline = self._service.mailbox, time.monotonic() + self.stall_timeout
         receiver = self.own_channels[peer]
+        spin_until = time.monotonic() + self.spin_seconds
         while True:
             found, message = mailbox.poll(full_key)
             if found:
@@ -329,6 +338,8 @@ class PeerTransport:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(full_key)
+            while time.monotonic() < spin_until and not _readable(receiver.ready):
+                os.sched_yield()  # polling, but any other thread that wants the core gets it
             # A message the peer sent over Dask's comms instead (it fell back to TCP) lands
             # in the mailbox without waking this wait: looked for again every poll.
             select.select([receiver.ready], [], [], min(left, OWN_CHANNEL_POLL_S))
@@ -338,6 +349,10 @@ class PeerTransport:
         self.bytes_received += int(message.nbytes)
         wire = "shared-memory" if isinstance(message, SharedMessage) else self._wire
         self._record_route(peer, self.device.on_gpu, wire)
+
+
+def _readable(descriptor: int) -> bool:
+    return bool(select.select([descriptor], [], [], 0)[0])
 
 
 def _nothing() -> None:

@@ -87,6 +87,10 @@ from workbench.training.graphs import (
 )
 from workbench.training.session import dropout_seed
 
+# How long a stage polls its channel before it sleeps: most of its waits (a neighbour's
+# action and hand-off) are shorter, and a stage that slept computes its next action slower.
+STAGE_SPIN_S = 0.003
+
 
 @dataclass(frozen=True)
 class StageSpec:
@@ -229,6 +233,7 @@ class StageWorker(ResidentProgram):
             spec.stall_timeout,
             self.arrays,
             reads_own_channels=True,  # the stage's one thread receives everything
+            spin_seconds=STAGE_SPIN_S,
         )
         # The same stage and tensor rank on every replica: the group that averages this
         # device's gradients.
