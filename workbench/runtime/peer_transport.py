@@ -41,6 +41,10 @@ from workbench.safe_io import ForeignPathError
 
 # How long a wait on its own channels goes before it looks into the mailbox again.
 OWN_CHANNEL_POLL_S = 0.05
+# How long a thread with a core to itself (a pipeline stage, a parameter-server worker) polls
+# its channel before it sleeps: most of its waits (a neighbour's action and hand-off, a pull's
+# answer) are shorter, and a processor that slept computes the next action slower.
+SPIN_BEFORE_SLEEP_S = 0.003
 
 
 def route(on_device: bool, wire: str) -> str:
@@ -90,8 +94,8 @@ class PeerTransport:
         (handing the core to any other runnable thread between polls) before it sleeps. A
         processor that slept through a wait of a millisecond or more computes the next
         piece of work measurably slower (docs/benchmarks.md, "Pipelines and parameter
-        servers: where each device's step goes"); a pipeline stage, whose waits are mostly
-        shorter than that, keeps its core awake."""
+        servers: where each device's step goes"); a pipeline stage or a parameter-server worker,
+        whose waits are mostly shorter than that, keeps its core awake."""
         self.run_id, self.rank, self.size = run_id, rank, len(addresses)
         self.device = device if device is not None else DeviceArrays.for_kind("cpu")
         self.routes: dict[int, str] = {}  # peer -> how the last tensor to or from it travelled

@@ -64,7 +64,7 @@ from workbench.parallel.towers import feed_parts
 from workbench.parallel.worker_spec import WorkerSpec
 from workbench.passes import Transfer
 from workbench.runtime.device_memory import REPORT_EVERY
-from workbench.runtime.peer_transport import PeerTransport
+from workbench.runtime.peer_transport import SPIN_BEFORE_SLEEP_S, PeerTransport
 from workbench.runtime.worker_service import CALL_HANDLER, device_service
 from workbench.training.gradient_accumulation import GradientSum, mean_loss, micro_slices
 from workbench.training.graphs import DROPOUT_SEED, INPUTS, LABELS
@@ -118,6 +118,7 @@ class ParameterServerWorker(GradientWorker):
             self.arrays,
             shared_memory=None if spec.shared_memory else False,
             reads_own_channels=True,  # the worker's one thread receives everything
+            spin_seconds=SPIN_BEFORE_SLEEP_S,
         )
         self.token = uuid.uuid4().hex[:8]  # this worker object's: see envelopes.py
         self.asked: int | None = None  # the step whose pulls went out with the last push

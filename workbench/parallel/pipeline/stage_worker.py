@@ -77,7 +77,7 @@ from workbench.parallel.worker_spec import (
     training_data,
 )
 from workbench.passes.tensor_split import split_for_rank
-from workbench.runtime.peer_transport import PeerTransport
+from workbench.runtime.peer_transport import SPIN_BEFORE_SLEEP_S, PeerTransport
 from workbench.training.graphs import (
     DROPOUT_SEED,
     LABELS,
@@ -86,10 +86,6 @@ from workbench.training.graphs import (
     gradient_name,
 )
 from workbench.training.session import dropout_seed
-
-# How long a stage polls its channel before it sleeps: most of its waits (a neighbour's
-# action and hand-off) are shorter, and a stage that slept computes its next action slower.
-STAGE_SPIN_S = 0.003
 
 
 @dataclass(frozen=True)
@@ -233,7 +229,7 @@ class StageWorker(ResidentProgram):
             spec.stall_timeout,
             self.arrays,
             reads_own_channels=True,  # the stage's one thread receives everything
-            spin_seconds=STAGE_SPIN_S,
+            spin_seconds=SPIN_BEFORE_SLEEP_S,
         )
         # The same stage and tensor rank on every replica: the group that averages this
         # device's gradients.
