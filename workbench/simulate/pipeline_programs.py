@@ -130,16 +130,16 @@ def pipeline_programs(
                 actions.append(Recv(*source))
             label = f"{step.kind}{m}" + (f"@{chunk}" if chunk else "")
             total = seconds[step.kind][k]
-            sends = target is not None and target[0] != device
-            if sends and step.kind == "B" and input_grad_ready_seconds is not None:
+            remote = target if target is not None and target[0] != device else None
+            if remote is not None and step.kind == "B" and input_grad_ready_seconds is not None:
                 ready = min(input_grad_ready_seconds[k], total)
                 actions.append(Compute(ready, label))
-                actions += _send(target[0], nbytes, target[1], send_stream)
+                actions += _send(remote[0], nbytes, remote[1], send_stream)
                 actions.append(Compute(total - ready, label))
                 continue
             actions.append(Compute(total, label))
-            if sends:
-                actions += _send(target[0], nbytes, target[1], send_stream)
+            if remote is not None:
+                actions += _send(remote[0], nbytes, remote[1], send_stream)
         if updates[stage] > 0:
             actions.append(Compute(updates[stage], "update", phase="update"))
         programs[device] = actions
