@@ -24,10 +24,11 @@ def constrained_model(head_device):
 
 
 @pytest.mark.integration
-def test_layers_run_where_the_user_pinned_them(no_leftover_processes):
+def test_layers_run_where_the_user_pinned_them(store_root, no_leftover_processes):
     # The greedy placer puts the nodes no constraint names (such as the loss's own nodes)
-    # where the costs say; a run that calibrates uses the costs it measured, which can move
-    # them from run to run. Without calibration the run places with the fixed rates, as the
+    # where the costs say; a run uses the costs measured for its cluster, even cached ones
+    # under --no-calibrate, which other runs of the session may have left in the store. In a
+    # store of its own and without calibration the run places with the fixed rates, as the
     # plan built below does.
     config = RunConfig(
         strategy="model-parallel",
