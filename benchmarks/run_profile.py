@@ -34,7 +34,6 @@ from workbench.events import EventLog
 from workbench.launch.flags import parse_run_flags
 from workbench.launch.run_link import RunLink, new_run_id
 from workbench.launch.runner import prepare_run
-from workbench.parallel.step_loop import STEPS_PER_TASK
 from workbench.store import RunStore
 
 
@@ -62,7 +61,23 @@ def _process_cpu_seconds(process: psutil.Process) -> float:
     return 0.0
 
 
-def device_timeline(log: EventLog, first_step: int = 0) -> dict[str, float]:
+# The client logs a round's losses together once the round is back (workbench/parallel/
+# step_loop.py), microseconds apart; the next round's come a round later.
+ROUND_GAP_S = 1e-3
+
+
+def round_starts(log: EventLog) -> set[int]:
+    """The first step of each round but the run's first, read from when each step's loss was
+    logged: rounds grow with fast steps, so their bounds are not a fixed multiple."""
+    losses = sorted(log.scalars("loss"), key=lambda event: event.step)
+    return {
+        later.step
+        for earlier, later in itertools.pairwise(losses)
+        if later.time - earlier.time > ROUND_GAP_S
+    }
+
+
+def device_timeline(log: EventLog) -> dict[str, float]:
     """Seconds summed over the run's steps, averaged over devices: ``busy`` (each step's span,
     from its first phase's start to its last phase's end), ``gaps_in_task`` (between two steps
     of one task: what a device does per step outside its phases), ``gaps_between_tasks``
@@ -76,13 +91,13 @@ def device_timeline(log: EventLog, first_step: int = 0) -> dict[str, float]:
         span[0], span[1] = min(span[0], event.start), max(span[1], event.end)
         phases[f"phase:{event.phase}"] += event.duration
     totals: dict[str, float] = defaultdict(float)
+    starts = round_starts(log)
     for by_step in spans.values():
         steps = sorted(by_step)
         totals["busy"] += sum(by_step[step][1] - by_step[step][0] for step in steps)
         for before, after in itertools.pairwise(steps):
             gap = max(by_step[after][0] - by_step[before][1], 0.0)
-            boundary = (after - first_step) % STEPS_PER_TASK == 0
-            totals["gaps_between_tasks" if boundary else "gaps_in_task"] += gap
+            totals["gaps_between_tasks" if after in starts else "gaps_in_task"] += gap
     devices = max(len(spans), 1)
     return {name: value / devices for name, value in {**totals, **phases}.items()}
 
@@ -122,7 +137,7 @@ class ProfileObserver:
         self.result = {
             "cluster_seconds": left[0] - entered[0],
             **_difference(left[1], entered[1]),
-            "timeline": device_timeline(log, job.first_step),
+            "timeline": device_timeline(log),
             "device_phases": device_phases(log),
         }
 

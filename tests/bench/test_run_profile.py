@@ -14,19 +14,20 @@ from benchmarks.e2e_attribution import (
 )
 from benchmarks.run_profile import device_phases, device_timeline
 from workbench.events import EventLog
-from workbench.parallel.step_loop import STEPS_PER_TASK
 
 
 def test_the_timeline_splits_steps_gaps_within_a_task_and_gaps_between_tasks():
     log = EventLog()
-    steps = STEPS_PER_TASK + 2
+    first_round, steps = 37, 40  # rounds need not be a fixed number of steps
     for device, offset in (("a", 0.0), ("b", 0.5)):
         start = offset
         for step in range(steps):
             log.phase(device, "compute", step, start, start + 1.0)
             log.phase(device, "allreduce", step, start + 0.5, start + 2.0)  # overlaps compute
             # 0.1 s between steps of a task, 3 s before the second task's first step.
-            start += 2.0 + (3.0 if step + 1 == STEPS_PER_TASK else 0.1)
+            start += 2.0 + (3.0 if step + 1 == first_round else 0.1)
+    for step in range(steps):  # each round's losses logged together once it is back
+        log.scalar("loss", step, 1.0, 80.0 + 1e-5 * step if step < first_round else 200.0)
     figures = device_timeline(log)
     assert figures["busy"] == pytest.approx(2.0 * steps)
     assert figures["gaps_in_task"] == pytest.approx(0.1 * (steps - 2))
@@ -86,7 +87,7 @@ def test_a_profiled_run_reports_every_part_of_a_real_cluster_run(tmp_path):
     # Steps long enough to read on CPU clocks that tick every 10 ms.
     flags = ["--strategy", "mirrored", "--devices", "2", "--hidden", "512,512"]
     flags += ["--batch-size", "256", "--dataset", "synthetic"]
-    steps = STEPS_PER_TASK + 5
+    steps = 25  # two rounds
     profile = profiled([*flags, "--steps", str(steps), "--no-calibrate"], tmp_path, "run")
     assert profile["summary"]["steps"] == steps
     assert profile["wall_seconds_outside"] > profile["cluster_seconds"] > 0

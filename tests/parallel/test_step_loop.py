@@ -33,11 +33,14 @@ def _run(total_steps: int, log: EventLog) -> LoopRun:
     )
 
 
-def _drive(session, run: LoopRun, hooks: RoundHooks = NO_PAUSES) -> None:
+def _drive(
+    session, run: LoopRun, hooks: RoundHooks = NO_PAUSES, round_seconds: float = 0.0
+) -> None:
+    """Rounds of ``STEPS_PER_TASK`` steps unless ``round_seconds`` lets them grow."""
     tasks = StepTasks(
         step_tasks.record_round, lambda step, count: [(step, count)] * len(session.addresses)
     )
-    drive_steps(session, run, tasks, 0, hooks)
+    drive_steps(session, run, tasks, 0, hooks, round_seconds)
 
 
 class PauseOnce(NoPauses):
@@ -81,6 +84,21 @@ def test_each_round_finds_the_next_one_waiting_on_its_worker(session):
     assert [event.step for event in log.scalars("loss")] == list(range(total))
     ran = session.client.run(step_tasks.rounds_ran)
     assert all(rounds == list(starts) for rounds in ran.values())  # in order, each once
+
+
+def test_rounds_of_fast_steps_grow_to_last_about_the_round_time(session):
+    log, total = EventLog(), 6 * STEPS_PER_TASK
+    # A round takes 0.3 s whatever its steps: 15 ms a step in a round of 20.
+    _drive(session, _run(total, log), round_seconds=1.0)
+
+    ran = session.client.run(step_tasks.rounds_ran)
+    starts = next(iter(ran.values()))
+    assert all(rounds == starts for rounds in ran.values())
+    sizes = [end - first for first, end in zip(starts, [*starts[1:], total], strict=True)]
+    # The step time is known once the first round is back, after the second was sent.
+    assert starts[:3] == [0, STEPS_PER_TASK, 2 * STEPS_PER_TASK]
+    assert max(sizes) > STEPS_PER_TASK
+    assert [event.step for event in log.scalars("loss")] == list(range(total))
 
 
 def test_at_a_pause_nothing_runs_ahead_of_the_devices(session):

@@ -1,7 +1,8 @@
 """The client's step loop for strategies whose devices keep their state between tasks.
 
 Each round dispatches one task per participating device covering K steps (devices read any
-step's batch from the sampler, so a task may cross an epoch boundary), waits for all of them
+step's batch from the sampler, so a task may cross an epoch boundary; K grows with fast steps,
+:func:`steps_per_round`), waits for all of them
 (failing with the device and step if one dies or stalls), and turns their reports into events:
 phase intervals, the global loss, the learning rate and, where devices report them, staleness
 and other named scalars (``"scalars"``: name, step, value, device or None); on GPUs also each
@@ -27,14 +28,33 @@ from workbench.parallel.stop_gate import DevicesUnreachable, stop_devices
 from workbench.runtime.cluster import ClusterSession
 from workbench.runtime.gpu_metrics import gpu_metrics
 
-# Steps per dispatched task: amortises Dask's per-task cost (docs/architecture/dask-costs.md,
-# "What Dask costs").
+# Steps per dispatched task, at least: amortises Dask's per-task cost (docs/architecture/
+# dask-costs.md, "What Dask costs").
 STEPS_PER_TASK = 20
+# Fast steps get longer rounds, up to about this long and this many steps: each round's end
+# costs the devices the handling of its results (the same page, "Rounds of steps").
+ROUND_SECONDS = 0.5
+MOST_STEPS_PER_TASK = 250
 # After a Stop: how long the devices have to answer it, and to end the step in flight beyond
 # twice its usual time; a device that does not is stalled (docs/architecture/faults.md, "Faults and
 # stragglers").
 STOP_ANSWER_S = 2.0
 STOP_GRACE_S = 2.0
+
+
+def steps_per_round(step_seconds: float | None, round_seconds: float = ROUND_SECONDS) -> int:
+    """How many steps a round covers when a step takes ``step_seconds`` (None: not known
+    yet): enough to last about ``round_seconds``, from :data:`STEPS_PER_TASK` to
+    :data:`MOST_STEPS_PER_TASK`.
+
+    Examples
+    --------
+    >>> steps_per_round(None), steps_per_round(0.1), steps_per_round(0.01), steps_per_round(1e-4)
+    (20, 20, 50, 250)
+    """
+    if not step_seconds or step_seconds <= 0.0:
+        return STEPS_PER_TASK
+    return max(STEPS_PER_TASK, min(MOST_STEPS_PER_TASK, int(round_seconds / step_seconds)))
 
 
 def drive_steps(
@@ -43,10 +63,13 @@ def drive_steps(
     tasks: StepTasks,
     first: int,
     hooks: RoundHooks = NO_PAUSES,
+    round_seconds: float = ROUND_SECONDS,
 ) -> None:
-    """Run steps ``first`` .. ``run.total_steps`` as ``tasks``. A task stops short of
-    ``hooks.steps_until_pause(step)`` more steps (a checkpoint boundary);
-    ``hooks.after_round(first, next step, results)`` runs once a round's events are logged.
+    """Run steps ``first`` .. ``run.total_steps`` as ``tasks``. A round covers
+    :func:`steps_per_round` of the last round's step time and ``round_seconds`` (0: always
+    :data:`STEPS_PER_TASK`), and stops short of ``hooks.steps_until_pause(step)`` more steps
+    (a checkpoint boundary); ``hooks.after_round(first, next step, results)`` runs once a
+    round's events are logged.
 
     The next round is sent before the current one finishes, each device's task queued on its
     worker behind its previous one (:mod:`workbench.parallel.ordered_tasks`), so a device goes
@@ -66,8 +89,9 @@ def drive_steps(
     step_seconds: float | None = None  # the last round's, per step
 
     def send(start: int, after: _Round | None) -> _Round:
-        limit = hooks.steps_until_pause(start) or STEPS_PER_TASK
-        count = min(STEPS_PER_TASK, run.total_steps - start, limit)
+        size = steps_per_round(step_seconds, round_seconds)
+        limit = hooks.steps_until_pause(start) or size
+        count = min(size, run.total_steps - start, limit)
         arguments = tasks.arguments_for(start, count)
         # A device waits for its previous round at most as long as the client waits for one.
         order = InOrder(after.futures if after else (), run.stall_timeout + 10 * seconds)

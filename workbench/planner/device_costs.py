@@ -28,7 +28,7 @@ from workbench.costs import (
     graph_signature,
 )
 from workbench.ir import Graph, Node
-from workbench.parallel.step_loop import STEPS_PER_TASK
+from workbench.parallel.step_loop import steps_per_round
 from workbench.simulate import ClusterDescription, Link
 
 
@@ -132,16 +132,16 @@ class DeviceCosts:
     def add_seconds_per_byte(self) -> float:
         return 1.0 / self.add_bytes_per_second
 
-    @property
-    def dispatch_per_step(self) -> float:
-        """The client's round of tasks, charged once per dispatched chunk of steps.
+    def dispatch_per_step(self, step_seconds: float) -> float:
+        """The client's round of tasks, charged once per dispatched round of steps, which
+        covers as many steps of ``step_seconds`` as the step loop gives it.
 
         The step loop sends each round while the one before it runs, so the devices no
         longer wait out this round trip; what they still pay is the client's CPU that the
         round trip stands for, competing with the workers for a host's cores. Charging the
         whole round keeps predictions nearest the measured step (docs/architecture/prediction.md,
         "Predicting a step: calibration, cost model, simulator")."""
-        return self.dispatch_seconds / STEPS_PER_TASK
+        return self.dispatch_seconds / steps_per_round(step_seconds)
 
 
 def _links(calibration: Calibration, wire: str) -> dict[tuple[str, str], Link]:

@@ -32,7 +32,8 @@ def predict_mesh(
     timeline = simulate(step.programs, step.link, cores, host_of=costs.host_of if cores else None)
     played = tuple(step.programs)
     makespan = timeline.makespan
-    extra = costs.step_overhead_seconds + costs.dispatch_per_step
+    extra = costs.step_overhead_seconds
+    extra += costs.dispatch_per_step(makespan + extra)
     bubble = pipeline_bubble(timeline, step.stage_devices) if layout.mesh.pp > 1 else None
     memory = {
         device: device_memory(*terms)

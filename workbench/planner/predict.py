@@ -98,7 +98,7 @@ def predict(
     timeline = simulate(built.programs, built.link, cores, host_of=costs.host_of if cores else None)
     extra = costs.step_overhead_seconds
     if isinstance(strategy, ClusterStrategy):
-        extra += costs.dispatch_per_step
+        extra += costs.dispatch_per_step(timeline.makespan / built.rounds + extra)
     bubble = pipeline_bubble(timeline, built.stage_devices) if built.stage_devices else None
     sent = None
     if costs.collectives:
