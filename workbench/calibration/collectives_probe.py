@@ -32,6 +32,10 @@ from workbench.runtime.worker_service import SERVICE_NAME, device_service
 # Central storage's halves, run on the replica's own thread; the rest are all-reduce
 # algorithms, run on its communication thread.
 CENTRAL_KINDS = ("reduce", "broadcast")
+# Runs of each size: a collective of a few MiB between busy processes on a shared host
+# swings by a factor of two or three from one run to the next, and the median of three
+# draws inherits it (docs/architecture/prediction.md, "How a step is predicted").
+COLLECTIVE_REPEATS = 9
 
 
 def _collective(transport, bucket, key: str, kind: str, groups):
@@ -160,7 +164,7 @@ def measure_collective(
     kind: str,
     groups: Sequence[Sequence[int]],
     largest: int,
-    repeats: int = 3,
+    repeats: int = COLLECTIVE_REPEATS,
     stall_timeout: float = 60.0,
 ) -> dict[str, LinkFit]:
     """The collective ``kind`` (see :func:`time_collective`) over the session's devices,

@@ -10,7 +10,6 @@ includes what devices sharing a host cost each other, as they do in a data-paral
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import platform
 import statistics
@@ -43,13 +42,13 @@ ADD_BYTES = 1 << 22
 ADD_PAIRS = 3  # 24 MiB a device: with a neighbour timing too, more than a last-level cache
 # Bumped when what is measured, or how, changes: a cached calibration of another format is
 # measured again.
-CALIBRATION_FORMAT = "8"
+CALIBRATION_FORMAT = "9"
 # Timing a graph: at most this many repeats, within this many seconds of each device's time
-# per graph (a step of the reference MLP takes a few milliseconds: the minimum of repeats; a
-# small model's, well under one: up to twelve). Calibration stays a small share of a short run.
+# per graph (a step of the reference MLP takes a few milliseconds: all twelve; the CNN's, tens
+# of milliseconds: the minimum). Calibration stays a small share of a short run.
 MAX_REPEATS = 12
-GRAPH_BUDGET_SECONDS = 0.010
-TRIMMED_SHARE = 0.2  # of a graph's slowest runs, left out of its mean
+GRAPH_BUDGET_SECONDS = 0.15
+OUTLIER_FACTOR = 2.0  # a run longer than this many medians counts as this many in the mean
 # How tensors travel between devices, each timed on its own: ``peer`` (one-way Send/Recv over
 # the shared-memory channels or Dask's comms), ``rpc`` (Dask RPCs, as parameter servers are
 # called) and ``ring`` (every device sending right while receiving from the left).
@@ -192,10 +191,11 @@ def time_graph_nodes(
     # normal distribution's standard deviation is 1.4826 median absolute deviations).
     deviation = 1.4826 * statistics.median(abs(total - middle) for total in totals)
     # A run's throughput pays its steps' mean, which the slower ones pull above the median:
-    # the nodes are scaled by the whole step's mean over its median, the slowest fifth of
-    # the runs left out of that mean (one run a busy moment stretched tenfold would
-    # otherwise stand for every step).
-    tail = _trimmed_mean(totals, TRIMMED_SHARE) / middle if middle > 0 else 1.0
+    # the nodes are scaled by the whole step's mean over its median, each run capped at
+    # OUTLIER_FACTOR medians (one run a busy moment stretched tenfold would otherwise stand
+    # for every step). Leaving the slowest runs out instead would scale by less than one
+    # whenever few runs fit the budget: with three, the mean of the two fastest.
+    tail = _capped_mean(totals, OUTLIER_FACTOR * middle) / middle if middle > 0 else 1.0
     return GraphTiming(
         node_seconds={signature: seconds * tail for signature, seconds in medians.items()},
         overhead_seconds=max(0.0, middle - node_sum) * tail,
@@ -204,17 +204,15 @@ def time_graph_nodes(
     )
 
 
-def _trimmed_mean(values: Sequence[float], share: float) -> float:
-    """The mean of ``values`` without the largest ``share`` of them (at least one kept).
+def _capped_mean(values: Sequence[float], cap: float) -> float:
+    """The mean of ``values``, each counted as no more than ``cap``.
 
     Examples
     --------
-    >>> _trimmed_mean([1.0, 2.0, 3.0, 100.0], 0.2)
-    2.0
+    >>> _capped_mean([1.0, 2.0, 3.0, 100.0], 6.0)
+    3.0
     """
-    ordered = sorted(values)
-    kept = max(1, len(ordered) - math.ceil(share * len(ordered)))
-    return statistics.fmean(ordered[:kept])
+    return statistics.fmean(min(value, cap) for value in values)
 
 
 def time_add(device: DeviceArrays | None = None, nbytes: int = ADD_BYTES) -> float:
