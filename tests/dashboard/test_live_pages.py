@@ -16,6 +16,7 @@ import dask
 import pytest
 from bokeh.client import pull_session
 from distributed import Client, LocalCluster, Scheduler
+from distributed.core import Status
 
 from workbench import RunConfig, run_training
 from workbench.dashboard import PRELOAD, scheduler_options
@@ -106,8 +107,13 @@ def test_the_workbench_cluster_serves_the_pages_of_a_live_run(no_leftover_proces
     try:
         dashboard = run.dashboard()
         port = urlsplit(dashboard).port
-        # The workbench's LocalCluster runs its scheduler in this process.
-        (scheduler,) = [s for s in Scheduler._instances if s.http_server.port == port]
+        # The workbench's LocalCluster runs its scheduler in this process; a closed one of an
+        # earlier test may linger in the weak set on the same, reused port.
+        (scheduler,) = [
+            s
+            for s in Scheduler._instances
+            if s.http_server.port == port and s.status == Status.running
+        ]
         board = board_of(scheduler)
         assert board is not None, "the workbench's scheduler has no run board"
         runs = wait_for_events(board.summary)
