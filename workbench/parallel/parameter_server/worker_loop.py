@@ -63,6 +63,7 @@ from workbench.parallel.stop_gate import may_begin
 from workbench.parallel.towers import feed_parts
 from workbench.parallel.worker_spec import WorkerSpec
 from workbench.passes import Transfer
+from workbench.runtime.compute_priority import below_services
 from workbench.runtime.device_memory import REPORT_EVERY
 from workbench.runtime.peer_transport import SPIN_BEFORE_SLEEP_S, PeerTransport
 from workbench.runtime.worker_service import CALL_HANDLER, device_service
@@ -327,6 +328,13 @@ class ParameterServerWorker(GradientWorker):
         ]
 
     def run(self, first: int, count: int, batches: list | None = None) -> StepReport:
+        """Steps ``first`` .. ``first + count - 1``, computed below the shards' threads on a
+        CPU host (:mod:`workbench.runtime.compute_priority`)."""
+        return below_services(
+            lambda: self._run_steps(first, count, batches), self.device, not self.arrays.on_gpu
+        )
+
+    def _run_steps(self, first: int, count: int, batches: list | None) -> StepReport:
         events: list[PhaseEvent] = []
         losses: list[tuple[int, float | None]] = []
         staleness, scalars = [], []
@@ -361,7 +369,11 @@ class ParameterServerWorker(GradientWorker):
         """Free-running (async, or sync with backup workers): pull, compute, push at this
         worker's own pace until the shards say the run's updates are spent. Events, losses
         and staleness ride on a push to shard 0 every REPORT_SECONDS, for the client to drain;
-        what is left comes back as the task's result."""
+        what is left comes back as the task's result. Computed below the shards' threads on a
+        CPU host, as :meth:`run` is."""
+        return below_services(lambda: self._run_free(first), self.device, not self.arrays.on_gpu)
+
+    def _run_free(self, first: int) -> StepReport:
         sync = self.ps.mode == "sync"
         report = self._empty_report()
         reported = self.clock()
