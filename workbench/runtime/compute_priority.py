@@ -24,6 +24,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 Result = TypeVar("Result")
@@ -33,9 +34,10 @@ MOST_NICENESS = 19  # Linux's lowest priority
 
 
 def below_services(work: Callable[[], Result], name: str, on_cpu: bool = True) -> Result:
-    """``work()`` on a thread of its own (named ``name``) at :data:`COMPUTE_NICENESS_GAP`
-    more niceness than the calling thread, on Linux when ``on_cpu``; its result, or its
-    exception raised here. The calling thread's niceness is unchanged.
+    """``work()`` on a thread of its own (its name starting with ``name``) at
+    :data:`COMPUTE_NICENESS_GAP` more niceness than the calling thread, on Linux when
+    ``on_cpu``; its result, or its exception raised here. The calling thread's niceness is
+    unchanged.
 
     Examples
     --------
@@ -44,22 +46,12 @@ def below_services(work: Callable[[], Result], name: str, on_cpu: bool = True) -
     """
     if not on_cpu or sys.platform != "linux":
         return work()
-    results: list[Result] = []
-    errors: list[BaseException] = []
+    with ThreadPoolExecutor(1, thread_name_prefix=name, initializer=_lower_own_priority) as pool:
+        return pool.submit(work).result()
 
-    def run() -> None:
-        thread = threading.get_native_id()
-        niceness = os.getpriority(os.PRIO_PROCESS, thread)
-        lowered = min(MOST_NICENESS, niceness + COMPUTE_NICENESS_GAP)
-        os.setpriority(os.PRIO_PROCESS, thread, lowered)
-        try:
-            results.append(work())
-        except BaseException as error:  # handed to the caller, whatever it was
-            errors.append(error)
 
-    worker = threading.Thread(target=run, name=name, daemon=True)
-    worker.start()
-    worker.join()
-    if errors:
-        raise errors[0]
-    return results[0]
+def _lower_own_priority() -> None:
+    """The calling thread's niceness raised by :data:`COMPUTE_NICENESS_GAP` (at most 19)."""
+    thread = threading.get_native_id()
+    niceness = os.getpriority(os.PRIO_PROCESS, thread)
+    os.setpriority(os.PRIO_PROCESS, thread, min(MOST_NICENESS, niceness + COMPUTE_NICENESS_GAP))
