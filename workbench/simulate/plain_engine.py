@@ -17,7 +17,6 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
@@ -223,14 +222,8 @@ class Engine:
             return
         del self.ring_arrivals[ring.key]
         members = [self.number[name] for name in ring.devices]
-        if set(joined) != set(members) or any(
-            replace(
-                cast(RingAllReduce, self.actions[m][joined[m][0]]),
-                phase=ring.phase,
-                stream=ring.stream,
-            )
-            != ring
-            for m in members
+        if set(joined) != set(members) or not all(
+            ring.same_ring(cast(RingAllReduce, self.actions[m][joined[m][0]])) for m in members
         ):
             raise ValueError(f"ring {ring.key!r}: its members describe different rings")
         pairs = [

@@ -20,7 +20,7 @@ name what the timeline shows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 MAIN = "main"
@@ -164,6 +164,26 @@ class RingAllReduce:
     def nbytes(self) -> int:
         return sum(self.chunk_elements) * self.itemsize
 
+    def same_ring(self, other: RingAllReduce) -> bool:
+        """Whether ``other`` describes this ring, wherever it shows (``phase`` and ``stream``
+        are each member's own): compared field by field, without building a copy, whose
+        checks would walk every member again (thousands on a described cluster).
+
+        Examples
+        --------
+        >>> ring = RingAllReduce(("a", "b"), (2, 2), 4, 1024, 0.0, "g")
+        >>> ring.same_ring(RingAllReduce(("a", "b"), (2, 2), 4, 1024, 0.0, "g", stream="c"))
+        True
+        >>> ring.same_ring(RingAllReduce(("b", "a"), (2, 2), 4, 1024, 0.0, "g"))
+        False
+        """
+        return other is self or all(
+            getattr(self, name) == getattr(other, name) for name in _RING_IDENTITY
+        )
+
+
+# What makes two members' actions one ring: every field but where each member shows it.
+_RING_IDENTITY = tuple(f.name for f in fields(RingAllReduce) if f.name not in ("phase", "stream"))
 
 Action = Compute | Send | Recv | Signal | Wait | RingAllReduce
 Programs = dict[str, list[Action]]  # each device's program, by device
