@@ -132,6 +132,7 @@ def test_a_local_gpu_cluster_keeps_arrays_resident_and_one_thread_per_worker(mon
             started["pre-spawn"] = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
             started["profile"] = dask.config.get("distributed.worker.profile.enabled")
             started["tick"] = dask.config.get("distributed.admin.tick.interval")
+            started["monitor"] = dask.config.get("distributed.admin.system-monitor.interval")
 
     monkeypatch.setitem(
         sys.modules, "dask_cuda", types.SimpleNamespace(LocalCUDACluster=LocalCUDACluster)
@@ -141,8 +142,10 @@ def test_a_local_gpu_cluster_keeps_arrays_resident_and_one_thread_per_worker(mon
     assert started["threads_per_worker"] == 1 and started["n_workers"] == 4
     assert started["pre-spawn"]["OMP_NUM_THREADS"] == "1"
     assert started["pre-spawn"]["MALLOC_TRIM_THRESHOLD_"] == str(256 << 20)
-    # Fewer wake-ups of the workers' event loops: no profiler, a tick a second.
+    # Fewer wake-ups of the workers' event loops: no profiler, a tick a second, the system
+    # monitor once in 5 s.
     assert started["profile"] is False and started["tick"] == "1s"
+    assert started["monitor"] == "5s"
     # One worker per GPU: dask-cuda pins them itself (shared GPUs never reach it:
     # tests/runtime/test_shared_gpu_cluster.py).
     assert "CUDA_VISIBLE_DEVICES" not in started

@@ -12,12 +12,14 @@ dask-cuda's ``LocalCUDACluster`` replaces any ``env=`` it is given with each wor
 ``CUDA_VISIBLE_DEVICES``, so both kinds of cluster take these variables from distributed's
 ``distributed.nanny.pre-spawn-environ`` setting instead, which every nanny applies.
 
-Two of Dask's timers wake these workers' event loops less (:data:`WORKER_CONFIG`), since each
-wake-up takes the interpreter lock from the device's thread as it comes back from a kernel:
-the sampling profiler is off (every 10 ms it walks the running task's stack; the workbench's
-own phase events say where a step goes), and the loop's health tick runs every second, not
-every 20 ms (a loop blocked for longer than its 3 s limit is still reported). The costs are
-measured in docs/architecture/dask-costs.md, "What Dask costs".
+Three of Dask's timers wake these workers' event loops less (:data:`WORKER_CONFIG`), since
+each wake-up takes the interpreter lock from the device's thread as it comes back from a
+kernel: the sampling profiler is off (every 10 ms it walks the running task's stack; the
+workbench's own phase events say where a step goes), the loop's health tick runs every second,
+not every 20 ms (a loop blocked for longer than its 3 s limit is still reported), and the
+system monitor samples every 5 s, not every 500 ms, without the host's disk counters (its
+samples feed Dask's own dashboard plots; the workbench's views read the run's events and their
+own probes). The costs are measured in docs/architecture/dask-costs.md, "What Dask costs".
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ WORKER_ENVIRONMENT = {
 WORKER_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.admin.system-monitor.disk": False,
 }
 
 WORKER_PRIORITY_PRELOAD = "workbench.runtime.worker_priority"
