@@ -31,9 +31,10 @@ def check_programs(programs: Mapping[str, Sequence[Action]]) -> None:
     """
     sends: Counter = Counter()
     receives: Counter = Counter()
-    # Each ring's members as a set, made once per ring object: every member's program holds
-    # the ring, and a described cluster's rings have thousands of members.
-    members: dict[int, tuple[RingAllReduce, frozenset[str]]] = {}
+    # Each ring's members as a set, made once per ring object (by id: ``programs`` holds every
+    # action while this runs): every member's program holds the ring, and a described
+    # cluster's rings have thousands of members.
+    members: dict[int, frozenset[str]] = {}
     for device, actions in programs.items():
         signals: Counter = Counter()
         rings: Counter = Counter()
@@ -49,9 +50,9 @@ def check_programs(programs: Mapping[str, Sequence[Action]]) -> None:
             elif isinstance(action, Signal):
                 signals[action.name] += 1
             elif isinstance(action, RingAllReduce):
-                if id(action) not in members:  # the ring is kept, so its id is not reused
-                    members[id(action)] = (action, frozenset(action.devices))
-                if device not in members[id(action)][1]:
+                if id(action) not in members:
+                    members[id(action)] = frozenset(action.devices)
+                if device not in members[id(action)]:
                     raise ValueError(f"{device} runs ring {action.key!r} but is not a member")
                 rings[action.key] += 1
         _no_repeats(signals, f"{device} signals {{!r}} more than once")
