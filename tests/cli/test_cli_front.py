@@ -141,3 +141,15 @@ def test_dask_nanny_lines_and_the_large_graph_warning_are_dropped_errors_kept():
         for message in ("Sending large graph of size 10.23 MiB.", "something else"):
             warnings.warn_explicit(message, UserWarning, "client.py", 1, "distributed.client")
     assert [str(warning.message) for warning in caught] == ["something else"]
+
+
+@pytest.mark.integration
+def test_python_dash_m_workbench_is_the_dtrain_command_without_warnings():
+    done = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-m", "workbench", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == f"dtrain {version('dtrain-workbench')}\n"
