@@ -28,7 +28,7 @@ from typing import Any
 
 from benchmarks import mesh_planner_suite
 from benchmarks.distributed_suites import own_run_store, spread
-from benchmarks.flags import Flag, names_from, settings_suite
+from benchmarks.flags import Flag, names_from, positive_list, settings_suite
 from benchmarks.report import median_span, table, verdict
 from benchmarks.suite import Progress
 from workbench.config import RunConfig
@@ -70,6 +70,8 @@ class PlannerSettings:
     steps: int = 300
     repeats: int = 3
     seed: int = 0
+    # Described DGX-H100 hosts the what-if table is timed on (8 devices each).
+    scale_hosts: tuple[int, ...] = SCALE_HOSTS
 
 
 def _label(configuration: dict) -> str:
@@ -130,16 +132,19 @@ def run_planner_suite(settings: PlannerSettings, progress: Progress) -> dict[str
         "rows": rows,
         "share_within_close": close,
         "met": close >= SHARE_CLOSE and all(row["within_far"] for row in rows),
-        "scale": _time_the_planner(settings.batch_size),
+        "scale": _time_the_planner(settings.batch_size, settings.scale_hosts),
         "mesh_search": _time_the_mesh_search(),
     }
 
 
-def _time_the_planner(per_device_batch: int) -> list[dict[str, Any]]:
-    """Seconds the what-if table takes on described DGX-H100 clusters of growing size."""
+def _time_the_planner(
+    per_device_batch: int, scale_hosts: tuple[int, ...] = SCALE_HOSTS
+) -> list[dict[str, Any]]:
+    """Seconds the what-if table takes on described DGX-H100 clusters of ``scale_hosts``
+    hosts."""
     model = build_model("mlp", (784,), 10, (512, 512))
     rows = []
-    for hosts in SCALE_HOSTS:
+    for hosts in scale_hosts:
         cluster = PRESETS["dgx-h100"].with_hosts(hosts)
         started = time.perf_counter()
         table = what_if(
@@ -190,6 +195,11 @@ add_flags, run = settings_suite(
     run_planner_suite,
     ("steps", "repeats", "seed"),
     models=Flag(("--models", "--planner-models"), "models to predict and run", names_from(MODELS)),
+    scale_hosts=Flag(
+        ("--scale-hosts",),
+        "described DGX-H100 hosts (8 GPUs each) the what-if table is timed on",
+        positive_list,
+    ),
 )
 # --meshes: the mesh configurations instead (benchmarks/mesh_planner_suite.py).
 add_flags, run = mesh_planner_suite.with_meshes(add_flags, run)

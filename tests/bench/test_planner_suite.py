@@ -17,6 +17,9 @@ def result() -> dict:
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         argv = ["planner", "--planner-models", "mlp", "--train-steps", "40", "--repeats", "1"]
+        # The smallest described clusters that show the timing rows (the suite's own default
+        # goes up to 4,096 devices).
+        argv += ["--scale-hosts", "1,8"]
         assert bench_command([*argv, "--json"]) == 0
     return json.loads(buffer.getvalue())["suites"]["planner"]
 
@@ -40,9 +43,9 @@ def test_every_configuration_has_a_prediction_and_a_measurement(result):
 
 
 @pytest.mark.integration
-def test_the_planner_is_timed_up_to_thousands_of_devices(result):
+def test_the_planner_is_timed_on_the_described_clusters_asked_for(result):
     devices = [row["devices"] for row in result["scale"]]
-    assert devices == [8 * hosts for hosts in planner_suite.SCALE_HOSTS]
+    assert devices == [8, 64]
     assert all(row["configurations"] >= 5 and row["seconds"] > 0 for row in result["scale"])
 
 
@@ -50,7 +53,7 @@ def test_the_planner_is_timed_up_to_thousands_of_devices(result):
 def test_the_report_has_its_tables(result):
     text = planner_suite.render(result)
     assert "| mlp | mirrored | devices=2 allreduce=ring |" in text
-    assert "| 512 hosts | 4096 |" in text
+    assert "| 8 hosts | 64 |" in text
 
 
 def test_a_rows_error_pairs_each_runs_prediction_with_its_own_measurement(monkeypatch):
@@ -65,7 +68,7 @@ def test_a_rows_error_pairs_each_runs_prediction_with_its_own_measurement(monkey
         return {"predicted": predicted, "measured": measured}
 
     monkeypatch.setattr(planner_suite, "_run", run)
-    monkeypatch.setattr(planner_suite, "_time_the_planner", lambda batch: [])
+    monkeypatch.setattr(planner_suite, "_time_the_planner", lambda batch, hosts: [])
     monkeypatch.setattr(planner_suite, "_time_the_mesh_search", lambda: {})
     settings = planner_suite.PlannerSettings(models=("mlp",), repeats=3)
     result = planner_suite.run_planner_suite(settings, lambda line: None)
@@ -73,6 +76,15 @@ def test_a_rows_error_pairs_each_runs_prediction_with_its_own_measurement(monkey
     assert row["errors"] == pytest.approx([0.25, 0.0, -0.5])
     assert row["error"] == 0.0 and row["within_close"]
     assert row["predicted_ms"]["median"] / row["measured_ms"]["median"] - 1 == pytest.approx(-1 / 6)
+
+
+def test_the_suite_times_up_to_thousands_of_devices_by_default():
+    assert planner_suite.PlannerSettings().scale_hosts[-1] * 8 >= 4096
+
+
+def test_a_bad_scale_is_refused_by_its_flag(capsys):
+    assert bench_command(["planner", "--scale-hosts", "8,0"]) == 2
+    assert "--scale-hosts" in capsys.readouterr().err
 
 
 def test_an_unknown_model_is_refused_by_its_flag(capsys):
