@@ -16,10 +16,11 @@ const STEPS = 2000;
 const FLAGS = `--strategy mirrored --devices 2 --steps ${STEPS} --hidden 512,512 --batch-size 128`;
 const SAMPLE_MS = 50; // each view is read 20 times a second
 // Every view within a second of the first, at 95% of the steps; a machine that the run, the
-// browser and the server share sometimes stalls for about as long, so the worst step may be
-// later, but not by more than WORST_LAG_MS (the panel once trailed by a thousand steps).
+// browser and the server share sometimes stalls for a second or two (a sidebar once showed a
+// run's step 21 2.2 s late on two slow cores), so the worst step may be later, but not by more
+// than WORST_LAG_MS (the panel once trailed by a thousand steps: many seconds).
 const LAG_BOUND_MS = 1000;
-const WORST_LAG_MS = 2000;
+const WORST_LAG_MS = 3000;
 const SHOTS = path.join(__dirname, '..', 'test-results', 'screenshots');
 
 /** [time in ms (Date.now), step] each time a view's step changed. */
