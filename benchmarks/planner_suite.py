@@ -137,9 +137,7 @@ def run_planner_suite(settings: PlannerSettings, progress: Progress) -> dict[str
     }
 
 
-def _time_the_planner(
-    per_device_batch: int, scale_hosts: tuple[int, ...] = SCALE_HOSTS
-) -> list[dict[str, Any]]:
+def _time_the_planner(per_device_batch: int, scale_hosts: tuple[int, ...]) -> list[dict[str, Any]]:
     """Seconds the what-if table takes on described DGX-H100 clusters of ``scale_hosts``
     hosts."""
     model = build_model("mlp", (784,), 10, (512, 512))
