@@ -46,6 +46,23 @@ def test_help_version_and_mistakes_import_nothing_heavy():
     assert answer == {"statuses": [0, 0, 2, 2, 2], "heavy": []}
 
 
+_WHAT_A_RUN_IMPORTS = """
+import json, sys
+import workbench.cli.export_command, workbench.distribute, workbench.launch.runner
+print(json.dumps(sorted({name.split(".")[0] for name in sys.modules} & {"torch", "tensorboardX"})))
+"""
+
+
+@pytest.mark.integration
+def test_a_run_without_tensorboard_files_does_not_import_pytorch():
+    # tensorboardX imports PyTorch when it is installed (seconds at every run's start); only
+    # writing TensorBoard files needs it.
+    done = subprocess.run(
+        [sys.executable, "-c", _WHAT_A_RUN_IMPORTS], capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
 def test_version_is_the_installed_package_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"dtrain {version('dtrain-workbench')}\n"

@@ -20,10 +20,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
-
-from tensorboardX import SummaryWriter
-from tensorboardX.summary import hparams
+from typing import TYPE_CHECKING, Any
 
 from workbench.events.records import PhaseEvent, ScalarEvent
 from workbench.events.step_figures import DeviceStep, StepFigures
@@ -37,6 +34,9 @@ SCALAR_TAGS = {
 }
 # The summary's figures that hparams compares runs by (hparam/<name>).
 HPARAM_METRICS = ("final_loss", "test_loss", "test_accuracy", "samples_per_second")
+
+if TYPE_CHECKING:
+    from tensorboardX import SummaryWriter
 
 
 def plain_device_label(device: str) -> str:
@@ -149,6 +149,10 @@ class TensorBoardWriter:
         self._tags: set[str] = set()
         self._last_step = 0
         self._last_loss: float | None = None
+        # Imported here, not with the module: tensorboardX imports PyTorch when it is installed
+        # (seconds), and only runs that write TensorBoard files need it.
+        from tensorboardX import SummaryWriter
+
         self._writer: SummaryWriter | None = SummaryWriter(
             logdir=str(self.directory), flush_secs=flush_secs
         )
@@ -219,6 +223,8 @@ class TensorBoardWriter:
             }
             if not metrics and self._last_loss is not None:
                 metrics["hparam/final_loss"] = self._last_loss
+            from tensorboardX.summary import hparams
+
             for part in hparams(hparam_values(self._flags), metrics):
                 self._writer.file_writer.add_summary(part)
             for tag, value in metrics.items():  # hparams reads its metrics from scalars
