@@ -34,22 +34,26 @@ print(json.dumps({"statuses": statuses, "heavy": heavy}))
 """
 
 
+def _answer_of(script: str, heavy: tuple[str, ...]) -> dict:
+    """The JSON line ``script`` prints last, run in a fresh interpreter with ``heavy`` (the
+    packages it reports having loaded) as its argument."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, ",".join(heavy)], capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 @pytest.mark.integration
 def test_help_version_and_mistakes_import_nothing_heavy():
-    done = subprocess.run(
-        [sys.executable, "-c", _NOTHING_HEAVY, ",".join(HEAVY)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    answer = json.loads(done.stdout.splitlines()[-1])
+    answer = _answer_of(_NOTHING_HEAVY, HEAVY)
     assert answer == {"statuses": [0, 0, 2, 2, 2], "heavy": []}
 
 
 _WHAT_A_RUN_IMPORTS = """
 import json, sys
 import workbench.cli.export_command, workbench.distribute, workbench.launch.runner
-print(json.dumps(sorted({name.split(".")[0] for name in sys.modules} & {"torch", "tensorboardX"})))
+heavy = sorted({name.split(".")[0] for name in sys.modules} & set(sys.argv[1].split(",")))
+print(json.dumps({"heavy": heavy}))
 """
 
 
@@ -57,10 +61,7 @@ print(json.dumps(sorted({name.split(".")[0] for name in sys.modules} & {"torch",
 def test_a_run_without_tensorboard_files_does_not_import_pytorch():
     # tensorboardX imports PyTorch when it is installed (seconds at every run's start); only
     # writing TensorBoard files needs it.
-    done = subprocess.run(
-        [sys.executable, "-c", _WHAT_A_RUN_IMPORTS], capture_output=True, text=True, check=True
-    )
-    assert json.loads(done.stdout.splitlines()[-1]) == []
+    assert _answer_of(_WHAT_A_RUN_IMPORTS, ("torch", "tensorboardX")) == {"heavy": []}
 
 
 def test_version_is_the_installed_package_version(capsys):
