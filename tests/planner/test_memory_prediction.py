@@ -175,7 +175,8 @@ def test_the_table_predicts_every_row_under_the_runs_own_options():
 def _predicted_and_measured(**flags) -> list[tuple[DeviceMemory, dict]]:
     """Each device's predicted peak beside its measured one, on a run whose peak falls after
     backward (a batch of 8 rows, small beside the model's gradients)."""
-    config = RunConfig(steps=2, batch_size=8, hidden=(128,), lr_decay="none", **flags)
+    settings = {"steps": 2, "batch_size": 8, "hidden": (128,), "lr_decay": "none"}
+    config = RunConfig(**{**settings, **flags})
     result = run_training(config, progress=lambda _: None)
     measured = result.summary["memory"]
     return [(peak, measured[device]) for device, peak in result.prediction.memory_bytes.items()]
@@ -207,3 +208,12 @@ def test_a_parameter_server_worker_peaks_holding_its_gradients_beside_the_pulled
         assert 0 <= pulled < 1024
     shard, measured = pairs[2]
     assert shard.total == measured["peak_bytes"]
+
+
+@pytest.mark.integration
+def test_a_shard_counting_a_sample_of_its_updates_still_reports_its_predicted_peak():
+    # 2 async workers x 11 steps: 22 updates, so the shard counts its first and its 21st.
+    flags = {"strategy": "parameter-server", "devices": 2, "ps": 1, "mode": "async"}
+    shard, measured = _predicted_and_measured(steps=11, **flags)[2]
+    assert shard.total == measured["peak_bytes"]
+    assert shard.by_category == measured["at_peak"]

@@ -13,6 +13,7 @@ sparse pushes give the same bits.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -40,7 +41,7 @@ def unpack_pull(flat: Any, transfers: Sequence[Transfer], keys: Sequence[Key]) -
     out: dict[Key, Any] = {}
     offset = 0
     for transfer, key in zip(transfers, keys):
-        size = int(np.prod(transfer.shape, dtype=np.int64))
+        size = math.prod(transfer.shape)
         out[key] = flat[offset : offset + size].reshape(transfer.shape)
         offset += size
     return out

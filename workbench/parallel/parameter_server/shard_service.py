@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -66,7 +66,7 @@ from workbench.parallel.parameter_server.protocol import (
 )
 from workbench.parallel.parameter_server.table_rendezvous import TableRendezvous
 from workbench.runtime.device_arrays import DeviceArrays
-from workbench.runtime.device_memory import DeviceMemory
+from workbench.runtime.device_memory import REPORT_EVERY, DeviceMemory
 from workbench.runtime.peer_transport import PeerTransport, route, wire_of
 from workbench.runtime.worker_service import (
     SERVICE_NAME,
@@ -133,9 +133,10 @@ class ParameterShard:
         self.route = route(self.arrays.on_gpu, self.wire)  # until a worker's message says
         self.state = {n: self.arrays.to_device(v) for n, v in spec.store.items()}
         self.state[RENDEZVOUS] = self.rendezvous
-        # What the shard measures of its memory: each pull served and each update applied is
-        # a window (on the shard's one thread); the snapshots carry the reports.
+        # What the shard measures of its memory: a pull served and an update applied are
+        # windows (on the shard's one thread, see _run); the snapshots carry the reports.
         self.memory = DeviceMemory(self.device, self.xp)
+        self.runs: dict[Executable, int] = {}  # each program's runs so far
         bound = spec.staleness if spec.mode == "async" else None
         # Versions count updates from the run's start: a step in sync mode, a push in async.
         first_version = spec.first_step * (spec.workers if spec.mode == "async" else 1)
@@ -384,8 +385,7 @@ class ParameterShard:
         if self.served is not None and self.served[:2] == (version, tower):
             return self.served[2]
         self.rendezvous.sent = {}
-        with self.memory.step(self.state) as ledger:
-            self.serve.run({}, self.state, self.xp, ledger=ledger)
+        self._run(self.serve, {})
         parts = [self.rendezvous.sent[t.key] for t in self.pulls[tower]]
         self.served = (version, tower, parts)
         return parts
@@ -415,10 +415,23 @@ class ParameterShard:
             received = {t.key: value for t, value in zip(transfers, averaged)}
         self.rendezvous.received = received
         feeds = {self.learning_rate_feed: self.arrays.scalar(rate)}
+        self._run(self.update, feeds, held=received.values())  # the pushed gradients, decoded
+
+    def _run(self, program: Executable, feeds: dict[str, Any], held: Iterable[Any] = ()) -> None:
+        """Run ``program`` (the serve or the update program) on the shard's variables. Every
+        run of a program has the same shapes, so one in :data:`REPORT_EVERY` (the first
+        included) is a window of the shard's memory, holding ``held`` beside what the program
+        computes: counting costs about as much as the update's arithmetic, and both are on
+        every worker's way to its next read."""
+        runs = self.runs.get(program, 0)
+        self.runs[program] = runs + 1
+        if runs % REPORT_EVERY:
+            program.run(feeds, self.state, self.xp)
+            return
         with self.memory.step(self.state) as ledger:
-            for value in received.values():  # the pushed gradients, decoded
+            for value in held:
                 self.memory.hold("communication", value)
-            self.update.run(feeds, self.state, self.xp, ledger=ledger)
+            program.run(feeds, self.state, self.xp, ledger=ledger)
 
 
 def setup_shard(spec: ShardSpec) -> str:
