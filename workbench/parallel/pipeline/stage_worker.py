@@ -31,6 +31,7 @@ import numpy as np
 from workbench.data import GlobalBatchSampler, microbatch_rows, shard_rows
 from workbench.events.records import Phase, PhaseEvent, StepReport
 from workbench.ir import Executable, Graph
+from workbench.ir.memory import MemoryLedger
 from workbench.ir.ops.communication import COLLECTIVES
 from workbench.optim import LearningRateSchedule, make_optimizer
 from workbench.parallel.collectives import (
@@ -77,6 +78,7 @@ from workbench.parallel.worker_spec import (
     training_data,
 )
 from workbench.passes.tensor_split import split_for_rank
+from workbench.runtime.device_memory import REPORT_EVERY
 from workbench.runtime.peer_transport import SPIN_BEFORE_SLEEP_S, PeerTransport
 from workbench.training.graphs import (
     DROPOUT_SEED,
@@ -171,6 +173,7 @@ class StageWorker(ResidentProgram):
             else {}
         )
         self.first, self.last = self.stage == 0, self.stage == self.stages - 1
+        self.counting = True  # whether the step under way counts its memory (run)
         dataset = worker.dataset()
         model = self.model = worker.model
         optimizer = make_optimizer(config.optimizer)
@@ -353,7 +356,7 @@ class StageWorker(ResidentProgram):
         start = self.clock()
         self.transport.send_async(self.peer(model_chunk % self.stages), key, array)
         if hold:
-            self.memory.hold("communication", array)  # until the flush
+            self._hold("communication", array)  # until the flush
         self._phase(events, Phase.SEND, step, start, array.nbytes)
 
     def _backward(
@@ -386,10 +389,19 @@ class StageWorker(ResidentProgram):
                 feeds,
                 self.state,
                 self.xp,
-                ledger=self.memory.ledger,
+                ledger=self._counted_by(),
                 on_fetch=None if program.first else send_input_gradient,
             )
         return out, began[0]
+
+    def _counted_by(self) -> MemoryLedger | None:
+        """The ledger this step's programs count their values in, if the step is counted."""
+        return self.memory.ledger if self.counting else None
+
+    def _hold(self, category: str, array: Any) -> None:
+        """Count ``array`` until the step ends, if the step is counted."""
+        if self.counting:
+            self.memory.hold(category, array)
 
     def _travels(self, model_chunk: int) -> bool:
         """Whether a tensor for ``model_chunk`` leaves this device (not when this device holds
@@ -418,7 +430,7 @@ class StageWorker(ResidentProgram):
                 summed[name] += grad
             else:
                 summed[name] = grad.copy()
-                self.memory.hold("gradients", summed[name])
+                self._hold("gradients", summed[name])
         return summed
 
     def run(self, first: int, count: int) -> StepReport:
@@ -429,8 +441,14 @@ class StageWorker(ResidentProgram):
             if not may_begin(self.spec.worker.run_id, step):
                 break  # the run was stopped (docs/architecture/faults.md, "Faults and stragglers")
             transport.step = self.current_step = step
-            self.memory.begin(self.state)
-            ledger = self.memory.ledger
+            # Every step runs the same schedule on the same shapes: the round's first step and
+            # one in REPORT_EVERY are counted, as one device's are (counting is a large share
+            # of a stage's compute, and every stage's compute is on the pipeline's path).
+            self.counting = step == first or step % REPORT_EVERY == 0
+            if self.counting:
+                self.memory.begin(self.state)
+            ledger = self.memory.ledger if self.counting else _UNCOUNTED
+            counted_by = self._counted_by()
             # By (local chunk, micro-batch): the stage input and the forward values its backward
             # reads, from F until B (or I); then what W reads, from I until W.
             held: dict[tuple[int, int], dict[str, Any]] = {}
@@ -448,7 +466,7 @@ class StageWorker(ResidentProgram):
                     start = self.clock()
                     with self.straggler.computing():
                         feeds = {STAGE_INPUT: stage_input, **self._feeds(step, program, m)}
-                        out = program.forward.run(feeds, self.state, self.xp, ledger=ledger)
+                        out = program.forward.run(feeds, self.state, self.xp, ledger=counted_by)
                     self._phase(events, Phase.COMPUTE, step, start, action=action)
                     # Kept for this micro-batch's backward: the schedule decides how many.
                     held[unit] = {STAGE_INPUT: stage_input}
@@ -466,7 +484,9 @@ class StageWorker(ResidentProgram):
                     start = self.clock()
                     with self.straggler.computing():
                         feeds = {**self._feeds(step, program, m), **kept}
-                        out = program.weight_gradient.run(feeds, self.state, self.xp, ledger=ledger)
+                        out = program.weight_gradient.run(
+                            feeds, self.state, self.xp, ledger=counted_by
+                        )
                         totals = self._summed(totals, out, program.names)
                     for value in kept.values():
                         ledger.release_array(value)
@@ -486,7 +506,7 @@ class StageWorker(ResidentProgram):
                     self._phase(events, Phase.COMPUTE, step, start, action=action)
                     if not program.first and self._travels(k - 1):
                         # Sent while the backward went on; held till the step ends, as any send.
-                        self.memory.hold("communication", out[INPUT_GRADIENT])
+                        self._hold("communication", out[INPUT_GRADIENT])
                     continue
                 elif program.input_gradient is None:
                     # The model's first chunk has no input gradient: its W does the backward.
@@ -495,7 +515,9 @@ class StageWorker(ResidentProgram):
                 else:
                     start = self.clock()
                     with self.straggler.computing():
-                        out = program.input_gradient.run(feeds, self.state, self.xp, ledger=ledger)
+                        out = program.input_gradient.run(
+                            feeds, self.state, self.xp, ledger=counted_by
+                        )
                     # W's cotangents, and the stash entries W still reads, wait for W.
                     waiting[unit] = {key: out[key] for key in program.kept}
                     for value in waiting[unit].values():
@@ -516,8 +538,9 @@ class StageWorker(ResidentProgram):
             scale = self.dtype(1.0 / (self.microbatches * self.replicas))
             feeds = {gradient_name(n): totals[n] * scale for n in self.names}
             feeds[LEARNING_RATE] = self.arrays.scalar(self.dtype(self.schedule(step)))
-            self.update.run(feeds, self.state, self.xp, ledger=ledger)
-            self.memory.end()
+            self.update.run(feeds, self.state, self.xp, ledger=counted_by)
+            if self.counting:
+                self.memory.end()
             self._phase(events, Phase.UPDATE, step, start)
             losses.append((step, step_loss if self.last else None))
         report: StepReport = {"events": events, "losses": losses}
@@ -543,7 +566,7 @@ class StageWorker(ResidentProgram):
         summed = {}
         for index, bucket in enumerate(self.buckets):
             flat = bucket.pack(totals, self.xp)
-            self.memory.hold("communication", flat)
+            self._hold("communication", flat)
             summed.update(bucket.unpack(self.codec.reduce(flat, f"s{step}/dp{index}", index)))
         self._phase(
             events,
@@ -558,3 +581,16 @@ class StageWorker(ResidentProgram):
 
 def setup_stage(spec: StageSpec) -> str:
     return keep_resident(spec.worker, StageWorker(spec))
+
+
+class _Uncounted:
+    """The ledger of a step that is not counted: it holds and releases nothing."""
+
+    def hold_array(self, category: str, array: Any) -> None:
+        pass
+
+    def release_array(self, array: Any) -> None:
+        pass
+
+
+_UNCOUNTED = _Uncounted()
