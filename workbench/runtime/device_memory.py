@@ -13,8 +13,9 @@ packed buckets, tensors sent or received) it holds with :meth:`DeviceMemory.hold
 step ends. Counting costs a few dictionary operations per value the interpreter computes:
 devices on a cluster, whose steps also exchange, count every step; one device in the client's
 process counts one step in :data:`REPORT_EVERY` (every step runs the same program on the same
-shapes), where counting would cost as much as a small model's step, and so does a parameter
-shard with its updates and the reads it serves, which every worker waits for.
+shapes), where counting would cost as much as a small model's step; so do a parameter
+shard, with its updates and the reads it serves, which every worker waits for, and a pipeline
+stage, whose compute is on the pipeline's path (it counts the first step of each task too).
 """
 
 from __future__ import annotations
