@@ -35,6 +35,17 @@ from workbench.optim import compute_copy_name, is_compute_copy
 REPORT_EVERY = 20
 
 
+def is_counted(step: int, first: int = 0) -> bool:
+    """Whether a device that counts a sample of its steps counts ``step`` of a task that
+    began at ``first``: the first, then one in :data:`REPORT_EVERY`. Every step of such a
+    device runs the same programs on the same shapes, so the sample sees the peak.
+
+    >>> [step for step in range(5, 45) if is_counted(step, first=5)]
+    [5, 20, 40]
+    """
+    return step == first or step % REPORT_EVERY == 0
+
+
 def process_rss_peak() -> int | None:
     """The most memory this process has held resident since it started, in bytes: the
     kernel's high-water (``getrusage``), which counts what a sample between steps would miss;

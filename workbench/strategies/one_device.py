@@ -18,7 +18,7 @@ from workbench.parallel.mixed_precision import LossScaledStep
 from workbench.parallel.periodic_checkpoints import PeriodicCheckpoints
 from workbench.parallel.straggler import SimulatedStraggler
 from workbench.runtime import device_name
-from workbench.runtime.device_memory import REPORT_EVERY, DeviceMemory
+from workbench.runtime.device_memory import DeviceMemory, is_counted
 from workbench.runtime.gpu_metrics import this_process_gpu_metrics
 from workbench.strategies.definition import StrategyDefinition
 from workbench.training.accumulated_step import AccumulatedStep
@@ -91,8 +91,8 @@ class OneDevice(StrategyDefinition):
                 session, config.precision, config.accumulate, config.simulate_overflow
             )
             step_of = mixed.step
-        # Every step runs the same program on the same shapes, so one step in REPORT_EVERY
-        # is counted and reported (counting costs about as much as a small model's step).
+        # Every step runs the same program on the same shapes, so a sample of the steps is
+        # counted and reported (counting costs about as much as a small model's step).
         memory = DeviceMemory(device, xp)
         for step in range(job.first_step, job.total_steps):
             if job.stop.is_set():
@@ -102,7 +102,7 @@ class OneDevice(StrategyDefinition):
             batch_x, batch_y = inputs[rows], labels[rows]
             learning_rate = job.schedule(step)
             start = job.clock()
-            measured = step % REPORT_EVERY == 0 or step == job.first_step
+            measured = is_counted(step, job.first_step)
             session.ledger = memory.ledger if measured else None
             with straggler.computing(), memory.step(session.state) if measured else nullcontext():
                 loss = float(step_of(batch_x, batch_y, learning_rate, step))  # syncs a GPU

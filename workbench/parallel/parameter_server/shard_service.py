@@ -66,7 +66,7 @@ from workbench.parallel.parameter_server.protocol import (
 )
 from workbench.parallel.parameter_server.table_rendezvous import TableRendezvous
 from workbench.runtime.device_arrays import DeviceArrays
-from workbench.runtime.device_memory import REPORT_EVERY, DeviceMemory
+from workbench.runtime.device_memory import DeviceMemory, is_counted
 from workbench.runtime.peer_transport import PeerTransport, route, wire_of
 from workbench.runtime.worker_service import (
     SERVICE_NAME,
@@ -419,13 +419,13 @@ class ParameterShard:
 
     def _run(self, program: Executable, feeds: dict[str, Any], held: Iterable[Any] = ()) -> None:
         """Run ``program`` (the serve or the update program) on the shard's variables. Every
-        run of a program has the same shapes, so one in :data:`REPORT_EVERY` (the first
-        included) is a window of the shard's memory, holding ``held`` beside what the program
-        computes: counting costs about as much as the update's arithmetic, and both are on
-        every worker's way to its next read."""
+        run of a program has the same shapes, so a sample of the runs (:func:`is_counted`)
+        is a window of the shard's memory, holding ``held`` beside what the program computes:
+        counting costs about as much as the update's arithmetic, and both are on every
+        worker's way to its next read."""
         runs = self.runs.get(program, 0)
         self.runs[program] = runs + 1
-        if runs % REPORT_EVERY:
+        if not is_counted(runs):
             program.run(feeds, self.state, self.xp)
             return
         with self.memory.step(self.state) as ledger:

@@ -78,7 +78,7 @@ from workbench.parallel.worker_spec import (
     training_data,
 )
 from workbench.passes.tensor_split import split_for_rank
-from workbench.runtime.device_memory import REPORT_EVERY
+from workbench.runtime.device_memory import is_counted
 from workbench.runtime.peer_transport import SPIN_BEFORE_SLEEP_S, PeerTransport
 from workbench.training.graphs import (
     DROPOUT_SEED,
@@ -441,10 +441,10 @@ class StageWorker(ResidentProgram):
             if not may_begin(self.spec.worker.run_id, step):
                 break  # the run was stopped (docs/architecture/faults.md, "Faults and stragglers")
             transport.step = self.current_step = step
-            # Every step runs the same schedule on the same shapes: the round's first step and
-            # one in REPORT_EVERY are counted, as one device's are (counting is a large share
-            # of a stage's compute, and every stage's compute is on the pipeline's path).
-            self.counting = step == first or step % REPORT_EVERY == 0
+            # Every step runs the same schedule on the same shapes: a sample of the steps is
+            # counted, as one device's are (counting is a large share of a stage's compute,
+            # and every stage's compute is on the pipeline's path).
+            self.counting = is_counted(step, first)
             if self.counting:
                 self.memory.begin(self.state)
             ledger = self.memory.ledger if self.counting else _UNCOUNTED
