@@ -222,6 +222,8 @@ class StageWorker(ResidentProgram):
         if self.first or self.last:
             # The training set goes to the device once; each micro-batch gathers its rows there.
             self.inputs, self.labels = training_data(dataset, self.model, config.dtype, self.arrays)
+        self.uses_dropout = model.uses_dropout  # asked of every micro-batch (a scan of layers)
+        self._step_rows: tuple[int, Any] = (-1, None)  # (step, this replica's rows of it)
         # Hand-offs between two chunks of this device (a one-stage pipeline of several chunks).
         self._local: dict[str, Any] = {}
         self.transport = PeerTransport(
@@ -289,8 +291,11 @@ class StageWorker(ResidentProgram):
         return time.time() - self.spec.worker.clock_origin
 
     def _rows(self, step: int, microbatch: int):
-        rows = self.sampler.batch_indices(step)
-        rows = rows[shard_rows(self.config.batch_size, self.replica, self.replicas)]
+        if self._step_rows[0] != step:  # every micro-batch of a step cuts the same rows
+            rows = self.sampler.batch_indices(step)
+            rows = rows[shard_rows(self.config.batch_size, self.replica, self.replicas)]
+            self._step_rows = (step, rows)
+        rows = self._step_rows[1]
         return self.xp.asarray(
             rows[microbatch_rows(self.replica_batch, microbatch, self.microbatches)]
         )
@@ -301,7 +306,7 @@ class StageWorker(ResidentProgram):
         feeds = {}
         if program.last:
             feeds[LABELS] = self.labels[self._rows(step, microbatch)]
-        if self.model.uses_dropout:
+        if self.uses_dropout:
             # One stream per micro-batch, identical in the forward and the recomputation.
             feeds[DROPOUT_SEED] = dropout_seed(self.config.seed, step * 1000 + microbatch)
         return feeds
